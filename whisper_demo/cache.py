@@ -1,0 +1,337 @@
+"""KV cache strategies for Whisper's text decoder.
+
+Each strategy implements openai-whisper's `Inference` interface (logits, rearrange_kv_cache,
+cleanup_caching), so its BeamSearchDecoder and logit filters drive ours unchanged:
+
+- NoCache:      every step runs the decoder over the whole token sequence and projects the
+                audio features to cross-attention keys/values again. Cost grows per step.
+- HooksCache:   openai-whisper's own PyTorchInference: forward hooks on the key/value
+                Linear layers torch.cat each new row onto the cache (a full copy per step).
+                The hooks live on the shared model, so one decode at a time (a lock).
+- StaticCache:  ours. Keys/values for n_text_ctx positions are allocated once per decode and
+                written in place; cross-attention K/V are computed once per window and shared
+                by all beams. Per-step cost stays flat.
+
+StaticCache and NoCache run the decoder through `DecoderRunner`, a functional forward over
+the model's own weights. It calls no nn.Module, so hooks installed by a concurrent
+HooksCache decode never fire on it: all state of a static or off decode is local to it.
+"""
+
+import threading
+import weakref
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from whisper.decoding import Inference, PyTorchInference
+from whisper.model import Whisper
+
+# openai-whisper's hooks are installed on the shared model; while they are, any other
+# forward through the decoder's modules would write into that decode's cache. Everything
+# that calls the decoder's modules (hooks mode, language detection) holds this lock.
+MODULE_FORWARD_LOCK = threading.Lock()  # not RLock: Gradio may resume a generator on another thread
+
+
+def self_cache_bytes(model: Whisper, tokens: int, beams: int, element_size: int) -> int:
+    """DESIGN.md: 2 (K and V) x layers x d_model x tokens x beams x bytes per element."""
+    dims = model.dims
+    return 2 * dims.n_text_layer * dims.n_text_state * tokens * beams * element_size
+
+
+def cross_cache_bytes(model: Whisper, element_size: int) -> int:
+    """DESIGN.md: 2 x layers x n_audio_ctx (1500) x d_model x bytes per element, one audio."""
+    dims = model.dims
+    return 2 * dims.n_text_layer * dims.n_audio_ctx * dims.n_text_state * element_size
+
+
+class DecoderRunner:
+    """The text decoder as plain tensor functions over the model's own parameters.
+
+    It is openai-whisper's TextDecoder.forward, written out so that keys and values go to
+    preallocated buffers instead of through module hooks. Built once per model and shared:
+    it holds weights (views, plus the vocabulary projection laid out for fast matmul), never
+    per-decode state.
+    """
+
+    def __init__(self, model: Whisper):
+        decoder = model.decoder
+        self.n_head = model.dims.n_text_head
+        self.n_layer = model.dims.n_text_layer
+        self.n_ctx = model.dims.n_text_ctx
+        self.d_model = model.dims.n_text_state
+        self.token_embedding = decoder.token_embedding.weight
+        self.positional_embedding = decoder.positional_embedding
+        self.blocks = list(decoder.blocks)
+        self.ln = decoder.ln
+        # The output projection is tied to the embedding ([vocab, d]). `x @ W.T` walks W
+        # column-wise; a contiguous [d, vocab] copy makes this, the largest matmul of a step,
+        # about twice as fast on CPU. Same numbers, different memory layout.
+        self.vocab_projection = self.token_embedding.detach().t().contiguous()
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.token_embedding.dtype
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        """[batch, ctx, d] -> [batch, heads, ctx, d/heads]"""
+        return x.view(*x.shape[:2], self.n_head, -1).transpose(1, 2)
+
+    def _merge_heads(self, x: Tensor) -> Tensor:
+        return x.transpose(1, 2).flatten(start_dim=2)
+
+    def cross_keys_values(self, audio_features: Tensor):
+        """Project the encoder output once per window: [(K, V)] per layer, head-split."""
+        pairs = []
+        for block in self.blocks:
+            attn = block.cross_attn
+            k = F.linear(audio_features, attn.key.weight)
+            v = F.linear(audio_features, attn.value.weight, attn.value.bias)
+            pairs.append((self._split_heads(k).contiguous(), self._split_heads(v).contiguous()))
+        return pairs
+
+    def forward(self, tokens: Tensor, offset: int, self_kv, cross_kv, logit_positions=None):
+        """Run `tokens` ([beams, n]) placed at positions offset..offset+n-1.
+
+        self_kv: per layer (K, V) buffers [beams, heads, n_ctx, head_dim]; the new keys and
+        values are written at those positions, and attention reads positions 0..offset+n-1.
+        cross_kv: per layer (K, V) [1, heads, n_audio_ctx, head_dim], shared by all beams.
+        Returns float32 logits [beams, n or len(logit_positions), vocab].
+        """
+        n_beams, n_new = tokens.shape
+        end = offset + n_new
+        x = F.embedding(tokens, self.token_embedding) + self.positional_embedding[offset:end]
+        x = x.to(self.dtype)
+
+        for block, (k_cache, v_cache), (k_cross, v_cross) in zip(self.blocks, self_kv, cross_kv):
+            # self-attention: write this step's K/V in place, attend over everything so far
+            attn = block.attn
+            h = block.attn_ln(x)
+            q = self._split_heads(F.linear(h, attn.query.weight, attn.query.bias))
+            k_cache[:, :, offset:end] = self._split_heads(F.linear(h, attn.key.weight))
+            v_cache[:, :, offset:end] = self._split_heads(
+                F.linear(h, attn.value.weight, attn.value.bias)
+            )
+            a = F.scaled_dot_product_attention(
+                q, k_cache[:, :, :end], v_cache[:, :, :end],
+                # a prefill of several tokens is causal; a single new token sees all
+                is_causal=n_new > 1 and offset == 0,
+            )
+            x = x + F.linear(self._merge_heads(a), attn.out.weight, attn.out.bias)
+
+            # cross-attention: every beam reads the same audio K/V. Beams are stacked as
+            # query rows of one batch, so the shared K/V are never copied per beam.
+            cross = block.cross_attn
+            h = block.cross_attn_ln(x)
+            q = F.linear(h, cross.query.weight, cross.query.bias)  # [beams, n, d]
+            q = self._split_heads(q.reshape(1, n_beams * n_new, -1))
+            a = F.scaled_dot_product_attention(q, k_cross, v_cross)
+            a = self._merge_heads(a).reshape(n_beams, n_new, -1)
+            x = x + F.linear(a, cross.out.weight, cross.out.bias)
+
+            x = x + block.mlp[2](F.gelu(block.mlp[0](block.mlp_ln(x))))
+
+        if logit_positions is not None:
+            x = x[:, logit_positions]
+        x = self.ln(x)
+        return (x @ self.vocab_projection.to(x.dtype)).float()
+
+
+_runners: "weakref.WeakKeyDictionary[Whisper, DecoderRunner]" = weakref.WeakKeyDictionary()
+_runners_lock = threading.Lock()
+
+
+def decoder_runner(model: Whisper) -> DecoderRunner:
+    """One DecoderRunner per model, made on first use and shared by every decode."""
+    with _runners_lock:
+        runner = _runners.get(model)
+        if runner is None:
+            runner = _runners[model] = DecoderRunner(model)
+        return runner
+
+
+class CacheStrategy(Inference):
+    """openai-whisper's Inference plus the numbers our live panel shows."""
+
+    mode: str
+
+    def __init__(self, model: Whisper, initial_token_length: int):
+        self.model = model
+        self.initial_token_length = initial_token_length
+        self.element_size = model.decoder.token_embedding.weight.element_size()
+        self.steps = 0
+
+    def step_logits(self, tokens: Tensor, audio_features: Tensor, sot_index: int):
+        """One decoder step: (logits of the last position, logits at the start-of-transcript
+        token on the first step, else None). Only those rows go through the vocabulary
+        projection, the costliest matmul of a step."""
+        first = self.steps == 0
+        self.steps += 1
+        last = tokens.shape[1] - 1
+        logits = self.logits_at(tokens, audio_features, [sot_index, last] if first else [last])
+        return logits[:, -1], (logits[:, 0] if first else None)
+
+    def logits_at(self, tokens: Tensor, audio_features: Tensor, positions) -> Tensor:
+        raise NotImplementedError
+
+    def cache_tokens(self) -> int:
+        return 0
+
+    def self_cache_bytes(self) -> int:
+        return 0
+
+    def self_cache_reserved_bytes(self) -> int:
+        return self.self_cache_bytes()
+
+    def cross_cache_bytes(self) -> int:
+        return 0
+
+
+class StaticCache(CacheStrategy):
+    mode = "static"
+
+    def __init__(self, model: Whisper, initial_token_length: int, n_beams: int):
+        super().__init__(model, initial_token_length)
+        self.runner = decoder_runner(model)
+        self.n_beams = n_beams
+        self.length = 0  # positions filled, per beam
+        self.self_kv = None  # allocated at the first call, on the audio's device
+        self.cross_kv = None
+
+    def _allocate(self, audio_features: Tensor):
+        r = self.runner
+        shape = (self.n_beams, r.n_head, r.n_ctx, r.d_model // r.n_head)
+        like = dict(dtype=r.dtype, device=audio_features.device)
+        self.self_kv = [(torch.empty(shape, **like), torch.empty(shape, **like)) for _ in r.blocks]
+        self.cross_kv = r.cross_keys_values(audio_features[:1])
+
+    def logits(self, tokens: Tensor, audio_features: Tensor) -> Tensor:
+        return self.logits_at(tokens, audio_features, range(self.length, tokens.shape[1]))
+
+    def logits_at(self, tokens: Tensor, audio_features: Tensor, positions) -> Tensor:
+        if self.self_kv is None:
+            self._allocate(audio_features)
+        offset = self.length
+        rows = [p - offset for p in positions]  # rows among the tokens new to the cache
+        logits = self.runner.forward(tokens[:, offset:], offset, self.self_kv, self.cross_kv, rows)
+        self.length = tokens.shape[1]
+        return logits
+
+    def rearrange_kv_cache(self, source_indices):
+        if source_indices != list(range(len(source_indices))):
+            index = torch.tensor(source_indices, device=self.self_kv[0][0].device)
+            for k, v in self.self_kv:
+                k[:, :, : self.length] = k[index, :, : self.length]
+                v[:, :, : self.length] = v[index, :, : self.length]
+
+    def cleanup_caching(self):
+        self.self_kv = None
+        self.cross_kv = None
+        self.length = 0
+        self.steps = 0
+
+    def cache_tokens(self) -> int:
+        return self.length
+
+    def self_cache_bytes(self) -> int:
+        return self_cache_bytes(self.model, self.length, self.n_beams, self.element_size)
+
+    def self_cache_reserved_bytes(self) -> int:
+        if self.self_kv is None:
+            return 0
+        return sum(k.nbytes + v.nbytes for k, v in self.self_kv)
+
+    def cross_cache_bytes(self) -> int:
+        if self.cross_kv is None:
+            return 0
+        return sum(k.nbytes + v.nbytes for k, v in self.cross_kv)
+
+
+class NoCache(CacheStrategy):
+    """Recompute everything at every step: what decoding costs without a KV cache."""
+
+    mode = "off"
+
+    def __init__(self, model: Whisper, initial_token_length: int):
+        super().__init__(model, initial_token_length)
+        self.runner = decoder_runner(model)
+
+    def logits(self, tokens: Tensor, audio_features: Tensor) -> Tensor:
+        return self.logits_at(tokens, audio_features, range(tokens.shape[1]))
+
+    def logits_at(self, tokens: Tensor, audio_features: Tensor, positions) -> Tensor:
+        # Scratch K/V sized to this step only and dropped after it: nothing is kept.
+        r = self.runner
+        shape = (tokens.shape[0], r.n_head, tokens.shape[1], r.d_model // r.n_head)
+        like = dict(dtype=r.dtype, device=audio_features.device)
+        scratch = [(torch.empty(shape, **like), torch.empty(shape, **like)) for _ in r.blocks]
+        cross = r.cross_keys_values(audio_features[:1])
+        return r.forward(tokens, 0, scratch, cross, logit_positions=list(positions))
+
+    def rearrange_kv_cache(self, source_indices):
+        pass  # nothing cached, nothing to reorder
+
+    def cleanup_caching(self):
+        self.steps = 0
+
+
+class HooksCache(CacheStrategy, PyTorchInference):
+    """openai-whisper's PyTorchInference, unchanged, plus a lock and the panel's numbers."""
+
+    mode = "hooks"
+
+    def __init__(self, model: Whisper, initial_token_length: int):
+        CacheStrategy.__init__(self, model, initial_token_length)
+        PyTorchInference.__init__(self, model, initial_token_length)
+        self.self_modules = set(self.kv_modules)
+        self._locked = False
+
+    def logits(self, tokens: Tensor, audio_features: Tensor) -> Tensor:
+        if not self._locked:
+            # Held from the first forward until cleanup_caching, which the decode loop
+            # calls on every exit path (including generator.close()).
+            MODULE_FORWARD_LOCK.acquire()
+            self._locked = True
+        return PyTorchInference.logits(self, tokens, audio_features)
+
+    def logits_at(self, tokens: Tensor, audio_features: Tensor, positions) -> Tensor:
+        # openai-whisper's decoder projects every position it runs (all of the initial
+        # tokens on the first call, then just the new one); pick the rows asked for.
+        logits = self.logits(tokens, audio_features)
+        first_position = tokens.shape[1] - logits.shape[1]
+        return logits[:, [p - first_position for p in positions]]
+
+    def cleanup_caching(self):
+        self.steps = 0
+        try:
+            PyTorchInference.cleanup_caching(self)
+        finally:
+            if self._locked:
+                self._locked = False
+                MODULE_FORWARD_LOCK.release()
+
+    def cache_tokens(self) -> int:
+        key = self.model.decoder.blocks[0].attn.key
+        cached = self.kv_cache.get(key)
+        return 0 if cached is None else cached.shape[1]
+
+    def self_cache_bytes(self) -> int:
+        return sum(t.nbytes for m, t in self.kv_cache.items() if m in self.self_modules)
+
+    def cross_cache_bytes(self) -> int:
+        return sum(t.nbytes for m, t in self.kv_cache.items() if m not in self.self_modules)
+
+
+def make_cache(mode: str, model: Whisper, initial_token_length: int, n_beams: int) -> CacheStrategy:
+    if mode == "static":
+        return StaticCache(model, initial_token_length, n_beams)
+    if mode == "hooks":
+        return HooksCache(model, initial_token_length)
+    if mode == "off":
+        return NoCache(model, initial_token_length)
+    raise ValueError(f"unknown cache mode {mode!r}")
+
+
+def hook_count(model: Whisper) -> int:
+    """Forward hooks currently installed anywhere in the model (0 when no decode runs)."""
+    return sum(len(m._forward_hooks) for m in model.modules())

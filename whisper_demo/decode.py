@@ -1,0 +1,352 @@
+"""The cached decoder generator: one TokenEvent per token, as soon as it is chosen.
+
+    for item in stream_transcribe(model, audio, DecodeOptions(cache="static")):
+        if isinstance(item, TokenEvent): print(item.text, end="", flush=True)
+        else: result = item  # the DecodeResult, always last
+
+openai-whisper does the modelling: its tokenizer, SOT sequence, logit filters, greedy and
+beam-search TokenDecoders, sequence ranker and language detection all come from a
+`whisper.decoding.DecodingTask`. What this module adds is the loop itself (its `_main_loop`,
+turned into a generator that times every step), the choice of KV cache (cache.py), and the
+30 s windowing of openai-whisper's `transcribe`, so that long audio streams too.
+"""
+
+import time
+import zlib
+from dataclasses import dataclass, field, replace
+from typing import Iterator, List, Optional, Union
+
+import numpy as np
+import psutil
+import torch
+from whisper.audio import HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel_spectrogram, pad_or_trim
+from whisper.decoding import DecodingOptions, DecodingTask
+from whisper.model import Whisper
+from whisper.tokenizer import Tokenizer, get_tokenizer
+
+from .cache import MODULE_FORWARD_LOCK, make_cache
+from .events import DecodeOptions, DecodeResult, Segment, TokenEvent
+
+# openai-whisper transcribe()'s defaults for when to retry a window at a higher temperature
+FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+COMPRESSION_RATIO_THRESHOLD = 2.4
+LOGPROB_THRESHOLD = -1.0
+
+_process = psutil.Process()
+
+
+@dataclass
+class WindowOutcome:
+    """What one decoding attempt of one 30 s window produced."""
+
+    tokens: List[int] = field(default_factory=list)  # text + timestamps, no specials
+    no_speech_prob: float = 0.0
+    avg_logprob: float = 0.0
+    silent: bool = False  # judged silent before any token was emitted
+    peak_self_cache_bytes: int = 0
+    peak_cross_cache_bytes: int = 0
+
+    def compression_ratio(self, tokenizer: Tokenizer) -> float:
+        text = tokenizer.decode(self.tokens).encode("utf-8")
+        return len(text) / len(zlib.compress(text)) if text else 0.0
+
+
+class _Stats:
+    """Running totals of one stream_transcribe call."""
+
+    def __init__(self):
+        self.latencies_ms: List[float] = []
+        self.encoder_ms = 0.0
+        self.peak_self = 0
+        self.peak_cross = 0
+        self.peak_rss = 0
+        self.skipped_windows = 0
+
+
+def stream_transcribe(
+    model: Whisper, audio: np.ndarray, options: Optional[DecodeOptions] = None
+) -> Iterator[Union[TokenEvent, DecodeResult]]:
+    """Transcribe float32 mono 16 kHz `audio`, yielding a TokenEvent per decoder step and,
+    last, the DecodeResult. Closing the generator early frees its cache (and removes the
+    hooks in "hooks" mode)."""
+    options = options or DecodeOptions()
+    audio = np.ascontiguousarray(audio, dtype=np.float32)
+    dtype = torch.float16 if model.decoder.token_embedding.weight.dtype == torch.float16 else torch.float32
+
+    with torch.inference_mode():
+        mel = log_mel_spectrogram(torch.from_numpy(audio), model.dims.n_mels, padding=N_SAMPLES)
+    content_frames = mel.shape[-1] - N_FRAMES
+    input_stride = N_FRAMES // model.dims.n_audio_ctx  # mel frames per timestamp step: 2
+    time_precision = input_stride * HOP_LENGTH / SAMPLE_RATE  # 0.02 s
+
+    stats = _Stats()
+    language = options.language
+    tokenizer = None
+    all_tokens: List[int] = []  # every window's tokens, for the prompt of the next
+    segments: List[Segment] = []
+    transcript = ""
+    step = 0
+    no_speech_prob = 0.0
+    prompt_tokens: List[int] = []
+    window = -1
+    seek = 0
+    started = time.perf_counter()
+
+    while seek < content_frames:
+        window += 1
+        segment_size = min(N_FRAMES, content_frames - seek)
+        time_offset = seek * HOP_LENGTH / SAMPLE_RATE
+        window_audio = audio[seek * HOP_LENGTH : (seek + segment_size) * HOP_LENGTH]
+        if _rms(window_audio) < options.silence_rms:
+            # Digital silence: Whisper would only invent text here, so don't ask it.
+            stats.skipped_windows += 1
+            seek += segment_size
+            continue
+
+        mel_window = pad_or_trim(mel[:, seek : seek + segment_size], N_FRAMES)
+        mel_window = mel_window.to(model.device, dtype).unsqueeze(0)
+        audio_features = _encode(model, mel_window, stats)
+
+        if tokenizer is None:
+            language = language or _detect_language(model, audio_features)
+            tokenizer = get_tokenizer(
+                model.is_multilingual, num_languages=model.num_languages,
+                language=language, task=options.task,
+            )
+            if options.prompt:
+                prompt_tokens = tokenizer.encode(" " + options.prompt.strip())
+
+        outcome = None
+        for attempt, temperature in enumerate(_temperatures(options)):
+            attempt_outcome = WindowOutcome()
+            window_text_before = transcript
+            first_of_attempt = True
+            decoding = _decode_window(
+                model, audio_features, tokenizer, options, language, temperature,
+                prompt_tokens + all_tokens, attempt_outcome,
+            )
+            for token_id, is_timestamp, latency_ms, cache, window_tokens in decoding:
+                new_text = tokenizer.decode([t for t in window_tokens if t < tokenizer.eot])
+                new_transcript = _join(window_text_before, _stable(new_text))
+                shown = new_transcript[len(transcript):] if new_transcript.startswith(transcript) else ""
+                transcript = new_transcript
+                rss = _process.memory_info().rss
+                stats.latencies_ms.append(latency_ms)
+                stats.peak_rss = max(stats.peak_rss, rss)
+                yield TokenEvent(
+                    step=step, window=window, token_id=token_id, text=shown,
+                    transcript=transcript, latency_ms=latency_ms,
+                    cache_tokens=cache.cache_tokens(), cache_capacity=model.dims.n_text_ctx,
+                    self_cache_bytes=cache.self_cache_bytes(),
+                    self_cache_reserved_bytes=cache.self_cache_reserved_bytes(),
+                    cross_cache_bytes=cache.cross_cache_bytes(), rss_bytes=rss,
+                    cache_mode=options.cache, beam_size=options.beam_size,
+                    is_timestamp=is_timestamp, restart=attempt > 0 and first_of_attempt,
+                )
+                first_of_attempt = False
+                step += 1
+            outcome = attempt_outcome
+            stats.peak_self = max(stats.peak_self, outcome.peak_self_cache_bytes)
+            stats.peak_cross = max(stats.peak_cross, outcome.peak_cross_cache_bytes)
+            if not _needs_fallback(outcome, tokenizer, options):
+                break
+            transcript = window_text_before  # the retry replaces this window's text
+
+        no_speech_prob = outcome.no_speech_prob
+        if outcome.silent:
+            stats.skipped_windows += 1
+            seek += segment_size
+            continue
+
+        window_segments, advance = split_segments(
+            outcome.tokens, tokenizer, time_offset, segment_size, time_precision, input_stride
+        )
+        segments.extend(s for s in window_segments if s.text.strip())
+        transcript = _join(window_text_before, tokenizer.decode(
+            [t for t in outcome.tokens if t < tokenizer.eot]))
+        seek += advance
+        if options.condition_on_previous_text and temperature < 0.5:
+            all_tokens.extend(outcome.tokens)
+        else:
+            all_tokens.clear()  # openai-whisper drops the prompt after a high-temperature window
+
+    decode_seconds = sum(stats.latencies_ms) / 1000
+    latencies = np.array(stats.latencies_ms) if stats.latencies_ms else np.zeros(1)
+    text_tokens = [t for s in segments for t in s.tokens]
+    yield DecodeResult(
+        text=transcript.strip(),
+        tokens=text_tokens,
+        segments=segments,
+        language=language or "en",
+        cache_mode=options.cache,
+        beam_size=options.beam_size,
+        n_tokens=len(stats.latencies_ms),
+        decode_seconds=decode_seconds,
+        encoder_ms=stats.encoder_ms,
+        tokens_per_second=len(stats.latencies_ms) / decode_seconds if decode_seconds else 0.0,
+        mean_latency_ms=float(latencies.mean()),
+        p95_latency_ms=float(np.percentile(latencies, 95)),
+        peak_self_cache_bytes=stats.peak_self,
+        peak_cross_cache_bytes=stats.peak_cross,
+        peak_rss_bytes=stats.peak_rss,
+        latencies_ms=stats.latencies_ms,
+        skipped_windows=stats.skipped_windows,
+        no_speech_prob=no_speech_prob,
+    )
+
+
+def transcribe(model: Whisper, audio: np.ndarray, options: Optional[DecodeOptions] = None) -> DecodeResult:
+    """Drain stream_transcribe and return its DecodeResult."""
+    for item in stream_transcribe(model, audio, options):
+        result = item
+    return result
+
+
+def _decode_window(model, audio_features, tokenizer, options, language, temperature,
+                   previous_tokens, outcome: WindowOutcome):
+    """openai-whisper's DecodingTask._main_loop as a generator over steps.
+
+    Yields (token_id, is_timestamp, latency_ms, cache, best_window_tokens) per step and fills
+    `outcome` when the window is done. The cache is released on every way out, including
+    when the consumer closes the generator.
+    """
+    beam = options.beam_size > 1 and temperature == 0
+    n_ctx = model.dims.n_text_ctx
+    task = DecodingTask(model, DecodingOptions(
+        task=options.task, language=language, temperature=temperature,
+        beam_size=options.beam_size if beam else None,
+        sample_len=options.max_tokens_per_window,
+        without_timestamps=not options.timestamps,
+        # openai-whisper's transcribe keeps the last n_ctx/2 - 1 tokens of history
+        prompt=previous_tokens[-(n_ctx // 2 - 1):] or None,
+        fp16=audio_features.dtype == torch.float16,
+    ))
+    n_group = task.n_group
+    cache = make_cache(options.cache, model, len(task.initial_tokens), n_group)
+    task.inference = cache
+    task.decoder.inference = cache  # the beam search decoder reorders the cache through it
+    task.decoder.reset()
+
+    tokens = torch.tensor([task.initial_tokens], device=audio_features.device)
+    tokens = tokens.repeat_interleave(n_group, dim=0)
+    sum_logprobs = torch.zeros(n_group, device=audio_features.device)
+    sample_begin = task.sample_begin
+    try:
+        for i in range(task.sample_len):
+            started = time.perf_counter()
+            with torch.inference_mode():
+                last_logits, sot_logits = cache.step_logits(tokens, audio_features, task.sot_index)
+                if i == 0 and tokenizer.no_speech is not None:
+                    outcome.no_speech_prob = sot_logits[0].softmax(-1)[tokenizer.no_speech].item()
+                    if outcome.no_speech_prob > options.no_speech_threshold:
+                        # Decided before anything is shown: a silent window adds no text.
+                        outcome.silent = True
+                        return
+                for logit_filter in task.logit_filters:
+                    logit_filter.apply(last_logits, tokens)
+                tokens, completed = task.decoder.update(tokens, last_logits, sum_logprobs)
+            latency_ms = (time.perf_counter() - started) * 1000
+
+            outcome.peak_self_cache_bytes = max(outcome.peak_self_cache_bytes, cache.self_cache_bytes())
+            outcome.peak_cross_cache_bytes = max(outcome.peak_cross_cache_bytes, cache.cross_cache_bytes())
+            best = tokens[0, sample_begin:].tolist()
+            token_id = best[-1]
+            yield token_id, token_id >= tokenizer.timestamp_begin, latency_ms, cache, _until_eot(best, tokenizer)
+            if completed or tokens.shape[-1] > n_ctx:
+                break
+
+        with torch.inference_mode():
+            final, sum_lp = task.decoder.finalize(
+                tokens.reshape(1, n_group, -1), sum_logprobs.reshape(1, n_group))
+        candidates = [[_until_eot(t[sample_begin:].tolist(), tokenizer) for t in final[0]]]
+        chosen = task.sequence_ranker.rank(
+            [[torch.tensor(c) for c in candidates[0]]], sum_lp)[0]
+        outcome.tokens = candidates[0][chosen]
+        outcome.avg_logprob = float(sum_lp[0][chosen]) / (len(outcome.tokens) + 1)
+    finally:
+        cache.cleanup_caching()
+
+
+def split_segments(tokens, tokenizer, time_offset, segment_size, time_precision, input_stride):
+    """Cut one window's tokens into timed segments and say how far to seek (in mel frames).
+
+    The rules are openai-whisper transcribe()'s: text between two consecutive timestamps is
+    a segment; if the window ends inside an unfinished segment, the next window starts at the
+    last timestamp so that the words cut off are heard again.
+    """
+    tokens = torch.tensor(tokens, dtype=torch.long)
+    if len(tokens) == 0:
+        return [], segment_size
+    is_timestamp = tokens.ge(tokenizer.timestamp_begin)
+    single_timestamp_ending = is_timestamp[-2:].tolist() == [False, True]
+    consecutive = (torch.where(is_timestamp[:-1] & is_timestamp[1:])[0] + 1).tolist()
+
+    def segment(start, end, piece):
+        text = [t for t in piece.tolist() if t < tokenizer.eot]
+        return Segment(start=start, end=end, text=tokenizer.decode(text), tokens=piece.tolist())
+
+    if not consecutive:
+        duration = segment_size * HOP_LENGTH / SAMPLE_RATE
+        stamps = tokens[is_timestamp]
+        if len(stamps) > 0 and stamps[-1].item() != tokenizer.timestamp_begin:
+            duration = (stamps[-1].item() - tokenizer.timestamp_begin) * time_precision
+        return [segment(time_offset, time_offset + duration, tokens)], segment_size
+
+    if single_timestamp_ending:
+        consecutive.append(len(tokens))
+    segments, last = [], 0
+    for cut in consecutive:
+        piece = tokens[last:cut]
+        start = (piece[0].item() - tokenizer.timestamp_begin) * time_precision
+        end = (piece[-1].item() - tokenizer.timestamp_begin) * time_precision
+        segments.append(segment(time_offset + start, time_offset + end, piece))
+        last = cut
+    if single_timestamp_ending:
+        return segments, segment_size
+    return segments, (tokens[last - 1].item() - tokenizer.timestamp_begin) * input_stride
+
+
+def _encode(model, mel_window, stats: _Stats):
+    started = time.perf_counter()
+    with torch.inference_mode():
+        audio_features = model.encoder(mel_window)
+    stats.encoder_ms += (time.perf_counter() - started) * 1000
+    return audio_features
+
+
+def _detect_language(model: Whisper, audio_features) -> str:
+    if not model.is_multilingual:
+        return "en"
+    # detect_language runs the decoder's modules: not while a hooks decode has them.
+    with MODULE_FORWARD_LOCK, torch.inference_mode():
+        _, probs = model.detect_language(audio_features)
+    return max(probs[0], key=probs[0].get)
+
+
+def _temperatures(options: DecodeOptions):
+    return FALLBACK_TEMPERATURES if options.temperature_fallback else (0.0,)
+
+
+def _needs_fallback(outcome: WindowOutcome, tokenizer, options: DecodeOptions) -> bool:
+    """openai-whisper transcribe()'s test: too repetitive or too unlikely, unless silent."""
+    if not options.temperature_fallback or outcome.silent:
+        return False
+    return (outcome.compression_ratio(tokenizer) > COMPRESSION_RATIO_THRESHOLD
+            or outcome.avg_logprob < LOGPROB_THRESHOLD)
+
+
+def _until_eot(tokens: List[int], tokenizer) -> List[int]:
+    return tokens[: tokens.index(tokenizer.eot)] if tokenizer.eot in tokens else tokens
+
+
+def _stable(text: str) -> str:
+    """Hold back a trailing partial UTF-8 character until its last byte arrives."""
+    return text.rstrip("\ufffd")
+
+
+def _join(before: str, window_text: str) -> str:
+    return before + window_text
+
+
+def _rms(samples: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) if samples.size else 0.0

@@ -1,0 +1,87 @@
+"""What the decoder tells the outside world: options in, events and a result out.
+
+Every number a UI shows comes from a TokenEvent or a DecodeResult, so these are the
+whole vocabulary between decode.py and its consumers (ui.py, live.py, mic.py, bench.py).
+"""
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+CACHE_MODES = ("static", "hooks", "off")
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    cache: str = "static"  # "static" (ours), "hooks" (openai-whisper's), "off"
+    beam_size: int = 1  # 1 = greedy
+    language: Optional[str] = None  # None: "en" for .en models, detected otherwise
+    task: str = "transcribe"  # or "translate"
+    timestamps: bool = True  # needed to seek through audio longer than 30 s
+    prompt: Optional[str] = None  # text that came before this audio
+    condition_on_previous_text: bool = True  # previous window's text as the prompt
+    temperature_fallback: bool = False  # re-decode a failed window at higher temperature
+    no_speech_threshold: float = 0.6  # skip a window when P(no speech) is above this
+    silence_rms: float = 1e-3  # a window quieter than this (about -60 dBFS) is not decoded
+    max_tokens_per_window: Optional[int] = None  # default: n_text_ctx // 2 as openai-whisper
+
+    def __post_init__(self):
+        if self.cache not in CACHE_MODES:
+            raise ValueError(f"cache must be one of {CACHE_MODES}, not {self.cache!r}")
+        if self.beam_size < 1:
+            raise ValueError("beam_size must be at least 1")
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One decoder step: the token chosen, what it cost, and the state of the cache."""
+
+    step: int  # 0, 1, 2, ... over the whole call (all windows)
+    window: int  # which 30 s window this token belongs to
+    token_id: int  # the token appended to the best hypothesis
+    text: str  # text this token adds ("" for timestamps, specials, partial UTF-8)
+    transcript: str  # the whole transcript so far, as it should be shown now
+    latency_ms: float  # wall time of this decode step
+    cache_tokens: int  # self-attention positions held per beam (0 when cache is off)
+    cache_capacity: int  # n_text_ctx: the most positions the decoder can hold
+    self_cache_bytes: int  # self-attention K/V bytes in use, all layers, all beams
+    self_cache_reserved_bytes: int  # what is allocated (static preallocates n_text_ctx)
+    cross_cache_bytes: int  # cross-attention K/V bytes (one copy, shared by beams)
+    rss_bytes: int  # process resident memory after this step
+    cache_mode: str
+    beam_size: int
+    is_timestamp: bool = False
+    restart: bool = False  # True on the first token of a retried window (fallback)
+
+    @property
+    def cache_bytes(self) -> int:
+        return self.self_cache_bytes
+
+
+@dataclass
+class Segment:
+    start: float  # seconds from the start of the audio
+    end: float
+    text: str
+    tokens: List[int]
+
+
+@dataclass
+class DecodeResult:
+    text: str
+    tokens: List[int]  # text and timestamp tokens of all windows, no specials
+    segments: List[Segment]
+    language: str
+    cache_mode: str
+    beam_size: int
+    n_tokens: int  # decoder steps taken
+    decode_seconds: float  # decoder time only (encoder excluded)
+    encoder_ms: float  # summed over windows
+    tokens_per_second: float
+    mean_latency_ms: float
+    p95_latency_ms: float
+    peak_self_cache_bytes: int
+    peak_cross_cache_bytes: int
+    peak_rss_bytes: int
+    latencies_ms: List[float] = field(default_factory=list)
+    skipped_windows: int = 0  # windows judged silent (no text produced)
+    no_speech_prob: float = 0.0  # of the last window decoded
