@@ -178,7 +178,7 @@ def _load_with_ffmpeg(path: Path, max_seconds: float | None, name: str, soundfil
     command = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-i", str(path)]
     if max_seconds is not None:
         # Stop decoding just past the limit; enough to know it is too long.
-        command += ["-t", f"{max_seconds + 1:g}"]
+        command += ["-t", f"{max_seconds + 1:.3f}"]
     command += ["-vn", "-f", "f32le", "-ac", "1", "-ar", str(SAMPLE_RATE), "-"]
     result = subprocess.run(command, capture_output=True, check=False)
     if result.returncode != 0:
