@@ -1,0 +1,193 @@
+"""The cached decoder generator, on the real tiny.en model and real speech."""
+
+import re
+import threading
+
+import numpy as np
+import pytest
+import torch
+import whisper
+from whisper.audio import N_FRAMES, N_SAMPLES
+
+from whisper_demo.cache import MODULE_FORWARD_LOCK, cross_cache_bytes, hook_count, self_cache_bytes
+from whisper_demo.decode import stream_transcribe, transcribe
+from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
+
+
+def words(text):
+    return re.sub(r"[^a-z ]", "", text.lower()).split()
+
+
+def run(model, audio, **options):
+    events, result = [], None
+    for item in stream_transcribe(model, audio, DecodeOptions(**options)):
+        if isinstance(item, TokenEvent):
+            events.append(item)
+        else:
+            result = item
+    assert isinstance(result, DecodeResult)
+    return events, result
+
+
+@pytest.fixture(scope="module")
+def jfk_runs(tiny_model, clip):
+    """Greedy jfk.wav in every cache mode (computed once, the off mode is slow)."""
+    return {mode: run(tiny_model, clip("jfk.wav"), cache=mode) for mode in ("static", "hooks", "off")}
+
+
+def test_known_clip_gives_known_transcript(jfk_runs, transcripts):
+    _, result = jfk_runs["static"]
+    assert words(result.text) == words(transcripts["jfk.wav"])
+    assert result.language == "en"
+    assert result.segments and result.segments[0].start == 0.0
+
+
+def test_greedy_tokens_identical_in_every_cache_mode(jfk_runs):
+    tokens = {mode: [e.token_id for e in events] for mode, (events, _) in jfk_runs.items()}
+    assert len(tokens["static"]) > 20
+    assert tokens["static"] == tokens["hooks"] == tokens["off"]
+    texts = {mode: result.text for mode, (_, result) in jfk_runs.items()}
+    assert texts["static"] == texts["hooks"] == texts["off"]
+
+
+def test_static_matches_openai_whisper_decode(tiny_model, clip):
+    """Our loop, fed the same log-mel, picks exactly the tokens whisper.decode picks."""
+    audio = clip("jfk.wav")
+    mel = whisper.log_mel_spectrogram(torch.from_numpy(audio), padding=N_SAMPLES)
+    mel = whisper.pad_or_trim(mel[:, : mel.shape[-1] - N_FRAMES], N_FRAMES)
+    reference = whisper.decode(tiny_model, mel, whisper.DecodingOptions(fp16=False, language="en"))
+    _, result = run(tiny_model, audio, cache="static")
+    assert result.tokens == reference.tokens
+
+
+def test_streamed_text_adds_up_to_the_transcript(jfk_runs):
+    events, result = jfk_runs["static"]
+    assert "".join(e.text for e in events).strip() == result.text
+    partials = [e.transcript for e in events if e.text]
+    assert len(partials) > 5 and partials[-1].strip() == result.text
+    assert [e.step for e in events] == list(range(len(events)))
+
+
+@pytest.mark.parametrize("mode", ["static", "hooks"])
+def test_cache_grows_one_per_step_and_bytes_follow_the_formula(jfk_runs, tiny_model, mode):
+    events, result = jfk_runs[mode]
+    element = tiny_model.decoder.token_embedding.weight.element_size()
+    lengths = [e.cache_tokens for e in events]
+    # the first step holds the whole start-of-transcript sequence, then one more per step
+    assert lengths[0] == 1  # tiny.en starts from <|startoftranscript|> alone
+    assert np.all(np.diff(lengths) == 1)
+    for e in events:
+        assert e.self_cache_bytes == self_cache_bytes(tiny_model, e.cache_tokens, 1, element)
+        assert e.cross_cache_bytes == cross_cache_bytes(tiny_model, element)
+        assert e.cache_capacity == tiny_model.dims.n_text_ctx
+    assert result.peak_self_cache_bytes == events[-1].self_cache_bytes
+
+
+def test_static_cache_is_preallocated(jfk_runs, tiny_model):
+    events, _ = jfk_runs["static"]
+    element = tiny_model.decoder.token_embedding.weight.element_size()
+    full = self_cache_bytes(tiny_model, tiny_model.dims.n_text_ctx, 1, element)
+    assert {e.self_cache_reserved_bytes for e in events} == {full}
+
+
+def test_cache_off_holds_nothing(jfk_runs):
+    events, result = jfk_runs["off"]
+    assert {e.cache_tokens for e in events} == {0}
+    assert {e.self_cache_bytes for e in events} == {0}
+    assert result.peak_self_cache_bytes == 0
+
+
+def test_beam_search_identical_between_hooks_and_static(tiny_model, clip):
+    audio = clip("jfk.wav")
+    static_events, static_result = run(tiny_model, audio, cache="static", beam_size=5)
+    hooks_events, hooks_result = run(tiny_model, audio, cache="hooks", beam_size=5)
+    assert static_result.tokens == hooks_result.tokens
+    assert [e.token_id for e in static_events] == [e.token_id for e in hooks_events]
+    element = tiny_model.decoder.token_embedding.weight.element_size()
+    for e in static_events:
+        assert e.self_cache_bytes == self_cache_bytes(tiny_model, e.cache_tokens, 5, element)
+        # cross-attention K/V: one copy for all five beams
+        assert e.cross_cache_bytes == cross_cache_bytes(tiny_model, element)
+
+
+@pytest.mark.parametrize("mode", ["static", "hooks", "off"])
+def test_early_close_removes_hooks_and_frees_the_lock(tiny_model, clip, mode):
+    stream = stream_transcribe(tiny_model, clip("jfk.wav"), DecodeOptions(cache=mode))
+    for _, item in zip(range(5), stream):
+        assert isinstance(item, TokenEvent)
+    if mode == "hooks":
+        assert hook_count(tiny_model) > 0  # openai-whisper's hooks are live mid-decode
+    stream.close()
+    assert hook_count(tiny_model) == 0
+    assert MODULE_FORWARD_LOCK.acquire(timeout=1)
+    MODULE_FORWARD_LOCK.release()
+
+
+def test_no_hooks_left_after_a_full_run(jfk_runs, tiny_model):
+    assert hook_count(tiny_model) == 0
+
+
+def test_audio_longer_than_30_s_is_decoded_window_by_window(tiny_model, clip, transcripts):
+    audio = np.concatenate([clip("speech_25s.wav"), clip("jfk.wav")])  # 36.7 s
+    events, result = run(tiny_model, audio, cache="static")
+    assert {e.window for e in events} == {0, 1}
+    assert "ask not what your country can do for you" in " ".join(words(result.text))
+    assert "weather today" in " ".join(words(result.text))
+    assert result.segments[-1].end > 30.0
+    starts = [s.start for s in result.segments]
+    assert starts == sorted(starts)
+
+
+def test_silence_produces_no_text(tiny_model):
+    digital_silence = np.zeros(16000 * 5, dtype=np.float32)
+    events, result = run(tiny_model, digital_silence)
+    assert events == [] and result.text == "" and result.skipped_windows == 1
+
+    rng = np.random.default_rng(0)
+    room_noise = (rng.standard_normal(16000 * 5) * 0.003).astype(np.float32)  # about -50 dBFS
+    events, result = run(tiny_model, room_noise)
+    assert result.text == ""
+
+
+def test_two_threads_decode_at_once_with_the_same_results(tiny_model, clip, jfk_runs):
+    """static and off keep their state in the call; hooks serialises on its lock."""
+    jobs = {"jfk-static": ("jfk.wav", "static"), "short-static": ("short_3s.wav", "static"),
+            "jfk-hooks": ("jfk.wav", "hooks"), "short-off": ("short_3s.wav", "off")}
+    results = {}
+
+    def work(name, file, mode):
+        results[name] = transcribe(tiny_model, clip(file), DecodeOptions(cache=mode))
+
+    threads = [threading.Thread(target=work, args=(n, *job)) for n, job in jobs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    alone_short = transcribe(tiny_model, clip("short_3s.wav"))
+    assert results["jfk-static"].tokens == jfk_runs["static"][1].tokens
+    assert results["jfk-hooks"].tokens == jfk_runs["static"][1].tokens
+    assert results["short-static"].tokens == alone_short.tokens == results["short-off"].tokens
+    assert hook_count(tiny_model) == 0
+
+
+def test_result_totals_are_consistent(jfk_runs):
+    events, result = jfk_runs["static"]
+    latencies = [e.latency_ms for e in events]
+    assert result.n_tokens == len(events)
+    assert result.latencies_ms == latencies
+    assert result.mean_latency_ms == pytest.approx(np.mean(latencies))
+    assert result.p95_latency_ms == pytest.approx(np.percentile(latencies, 95))
+    assert result.tokens_per_second == pytest.approx(len(events) / (sum(latencies) / 1000))
+    assert result.encoder_ms > 0
+
+
+def test_temperature_fallback_keeps_a_good_window(tiny_model, clip, transcripts):
+    _, result = run(tiny_model, clip("jfk.wav"), temperature_fallback=True)
+    assert words(result.text) == words(transcripts["jfk.wav"])  # no retry was needed
+
+
+def test_prompt_conditions_the_decoder(tiny_model, clip):
+    events, _ = run(tiny_model, clip("short_3s.wav"), prompt="Please close the door.")
+    plain, _ = run(tiny_model, clip("short_3s.wav"))
+    # the prompt tokens sit in the cache before the first sampled token
+    assert events[0].cache_tokens > plain[0].cache_tokens
