@@ -1,0 +1,186 @@
+"""whisper-kv: watch Whisper's decoder KV cache while it transcribes.
+
+    python app.py                      # tiny.en, http://127.0.0.1:7860
+    python app.py --model base --port 8000
+    python app.py --mic                # transcribe this computer's microphone in the terminal
+    python app.py --help
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+
+DEFAULT_MAX_FILE_SIZE = "200mb"
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}")
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1-65535, not {value}")
+    return value
+
+
+def _file_size(text: str) -> str:
+    import re
+
+    if not re.fullmatch(r"\s*\d+(\.\d+)?\s*(b|kb|mb|gb|tb)?\s*", text.lower()):
+        raise argparse.ArgumentTypeError(f"a size like 200mb or 1gb, not {text!r}")
+    return text.lower().replace(" ", "")
+
+
+def parser() -> argparse.ArgumentParser:
+    from whisper_demo.audio import DEFAULT_MAX_SECONDS
+    from whisper_demo.events import CACHE_MODES
+    from whisper_demo.models import DEFAULT_MODEL
+
+    p = argparse.ArgumentParser(
+        prog="python app.py",
+        description="A local web page where Whisper transcribes token by token while a live\n"
+                    "panel shows the decoder's KV cache (length, memory) and per-token latency,\n"
+                    "with a switch that turns the cache off.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Examples:\n"
+               "  python app.py                       serve tiny.en on http://127.0.0.1:7860\n"
+               "  python app.py --model base          the multilingual base model\n"
+               "  python app.py --host 0.0.0.0        reachable from other machines on your network\n"
+               "  python app.py --mic                 live transcription in this terminal\n",
+    )
+    p.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME_OR_PATH",
+                   help=f"Whisper model: tiny.en (default, offline), base (offline, multilingual), "
+                        f"any openai-whisper name (downloaded on first use; needs internet), or a "
+                        f"path to a .pt checkpoint. More can be chosen in the page. Default: {DEFAULT_MODEL}")
+    p.add_argument("--device", default=None, metavar="DEVICE",
+                   help="torch device: cpu, cuda, cuda:1, mps. Default: cuda when available, else cpu")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on. Default 127.0.0.1 (this computer only); "
+                        "0.0.0.0 makes the page reachable from your network")
+    p.add_argument("--port", type=_port, default=7860, help="port to listen on. Default 7860")
+    p.add_argument("--share", action="store_true",
+                   help="also open a public gradio.live link (off by default; needs internet)")
+    p.add_argument("--max-audio-seconds", type=_positive_float, default=DEFAULT_MAX_SECONDS,
+                   metavar="SECONDS",
+                   help=f"refuse audio longer than this, with a message saying so. Default {DEFAULT_MAX_SECONDS:g}")
+    p.add_argument("--max-file-size", type=_file_size, default=DEFAULT_MAX_FILE_SIZE, metavar="SIZE",
+                   help=f"largest file the page accepts for upload (Gradio's max_file_size), e.g. "
+                        f"50mb, 1gb. Default {DEFAULT_MAX_FILE_SIZE} (about 18 minutes of 48 kHz "
+                        f"stereo 16-bit WAV; compressed formats hold far more)")
+    p.add_argument("--cache", choices=CACHE_MODES, default="static",
+                   help="initial KV cache mode: static (preallocated, ours), hooks (openai-whisper's), "
+                        "off. The page can switch it per run. Default static")
+    p.add_argument("--beam-size", type=int, default=1, metavar="N",
+                   help="initial beam size (1 = greedy). Default 1")
+    mic = p.add_argument_group("terminal microphone (no browser)")
+    mic.add_argument("--mic", action="store_true",
+                     help="transcribe this computer's microphone live in the terminal instead of "
+                          "serving the page (needs PortAudio: apt-get install libportaudio2)")
+    mic.add_argument("--list-devices", action="store_true",
+                     help="list this computer's audio input devices and exit")
+    mic.add_argument("--input-device", default=None, metavar="ID_OR_NAME",
+                     help="input device for --mic (index or part of its name, see --list-devices). "
+                          "Default: the system default input")
+    return p
+
+
+def fail(message: str) -> "NoReturn":  # noqa: F821
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _check_port(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            fail(f"cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                 f"choose another with --port, or stop what uses it")
+
+
+def _check_device(device):
+    if device is None:
+        return None
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        fail(f"unknown --device {device!r}: {exc}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        fail(f"--device {device}: no CUDA GPU is available to this torch build; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        fail(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    if dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        fail(f"--device {device}: Apple MPS is not available here; use --device cpu")
+    return device
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+    if args.list_devices:
+        try:
+            from whisper_demo import mic
+        except ImportError as exc:
+            fail(f"the terminal microphone is not available: {exc}")
+        print(mic.list_devices_text())
+        return 0
+
+    if args.beam_size < 1:
+        fail("--beam-size must be at least 1")
+    device = _check_device(args.device)
+    if not args.mic:
+        _check_port(args.host, args.port)  # fail before a minute of model loading, not after
+
+    from whisper_demo.events import DecodeOptions
+    from whisper_demo.models import ModelError, load_model
+
+    options = DecodeOptions(cache=args.cache, beam_size=args.beam_size)
+    print(f"loading {args.model}…", file=sys.stderr, flush=True)
+    try:
+        model = load_model(args.model, device=device, progress=True)
+    except ModelError as exc:
+        fail(str(exc))
+    except (OSError, RuntimeError) as exc:  # unreadable checkpoint, out of memory, no network
+        fail(f"could not load model {args.model!r}: {exc}")
+
+    if args.mic:
+        try:
+            from whisper_demo import mic
+        except ImportError as exc:
+            fail(f"the terminal microphone is not available: {exc}")
+        return mic.run_terminal(model, options, device=args.input_device) or 0
+
+    from whisper_demo.ui import Defaults, ModelStore, build_app, launch
+
+    store = ModelStore(device=device)
+    store.put(args.model, model)
+    defaults = Defaults(model=args.model, device=device, max_audio_seconds=args.max_audio_seconds,
+                        options=options)
+    app = build_app(store, defaults)
+    try:
+        launch(app, host=args.host, port=args.port, share=args.share, max_file_size=args.max_file_size)
+    except OSError as exc:
+        fail(f"cannot serve on {args.host}:{args.port}: {exc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

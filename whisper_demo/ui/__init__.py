@@ -1,0 +1,123 @@
+"""The Gradio page. The only package of whisper-kv that imports gradio.
+
+    store = ModelStore(device="cpu"); store.put("tiny.en", model)
+    app = build_app(store, Defaults(model="tiny.en"))
+    launch(app, host="127.0.0.1", port=7860)
+
+Layout: a header with the model line, then tabs: "Transcribe" (transcribe_tab.py: upload,
+record, examples, streamed transcript, cache panel, latency chart, Compare, Stop) and
+"Live" (live_tab.py, when present: streaming microphone). panel.py formats numbers for both.
+
+Queue
+-----
+Every decode (Transcribe, upload, record, example, Compare) shares one concurrency group,
+"decode", limited to `Defaults.concurrency` (2) at once; the queue holds `Defaults.max_queue`
+(16) more, and each waiting user sees Gradio's "queue: n/m" position. Why 2: the demo runs
+on a laptop CPU (2-8 cores) and torch already spreads one decode across all cores, so more
+decodes at once only share the same cores, make every decode slower and the latency
+numbers noisy; but a single slot would let one long uncached Compare block everyone, and
+hooks mode serialises on the model anyway (cache.MODULE_FORWARD_LOCK), so a second slot
+keeps a static decode moving beside it. Why 16: beyond that a newcomer would wait minutes
+(a 25 s clip with the cache off takes about 5-50 s here); "queue full" says so at once.
+Model loads have their own group of 1, so a load never runs twice and never takes a
+decode slot.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from typing import Optional
+
+import gradio as gr
+
+from .panel import PANEL_CSS
+from .store import Defaults, ModelStore
+
+__all__ = ["build_app", "launch", "Defaults", "ModelStore", "APP_CSS"]
+
+log = logging.getLogger(__name__)
+
+APP_CSS = PANEL_CSS + """
+#wk-header h1 { margin: 0; font-size: 1.6rem; }
+#wk-header p { margin: .15rem 0 0; color: var(--body-text-color-subdued); }
+#model_status p { margin: 0; font-size: .9rem; }
+#transcript textarea { font-size: 1.05rem; line-height: 1.5; }
+footer { display: none !important; }
+"""
+
+# No Google fonts: the app must look the same offline.
+THEME = gr.themes.Soft(primary_hue="blue", neutral_hue="slate",
+                       font=["ui-sans-serif", "system-ui", "sans-serif"],
+                       font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"])
+
+
+def build_app(store: ModelStore, defaults: Optional[Defaults] = None) -> gr.Blocks:
+    """The whole page, wired to `store` (shared by every session)."""
+    from .transcribe_tab import build_transcribe_tab
+
+    defaults = defaults or Defaults()
+    with gr.Blocks(title="whisper-kv: watch the decoder's KV cache") as app:
+        with gr.Row(elem_id="wk-header"):
+            with gr.Column(scale=3):
+                gr.Markdown(
+                    "# whisper-kv\n"
+                    "Whisper transcribes token by token while the panel shows the decoder's "
+                    "KV cache fill and each token's latency. Switch the cache off and watch "
+                    "every token get slower as the transcript grows."
+                )
+            with gr.Column(scale=2):
+                status = ""
+                if store.is_loaded(defaults.model):
+                    from .transcribe_tab import TranscribeTab
+
+                    status = TranscribeTab(store, defaults).model_status()
+                model_status = gr.Markdown(status, elem_id="model_status")
+        with gr.Tabs():
+            with gr.Tab("Transcribe", id="transcribe"):
+                app.transcribe_tab = build_transcribe_tab(store, defaults, model_status=model_status)
+            with gr.Tab("Live", id="live"):
+                _live_tab(store, defaults)
+    app.queue(default_concurrency_limit=defaults.concurrency, max_size=defaults.max_queue)
+    return app
+
+
+def _live_tab(store: ModelStore, defaults: Defaults) -> None:
+    """live_tab.py is another module's; the page must work with or without it."""
+    if importlib.util.find_spec(f"{__name__}.live_tab") is None:
+        gr.Markdown("### Live transcription: coming soon\n"
+                    "Streaming microphone with committed and tentative text will appear here.")
+        return
+    try:
+        from .live_tab import build_live_tab
+
+        build_live_tab(store, defaults)
+    except Exception as exc:  # a broken Live tab must not take the Transcribe tab down
+        log.exception("Live tab failed to build")
+        gr.Markdown(f"### Live transcription is unavailable\n`{type(exc).__name__}: {exc}`")
+
+
+def launch(app: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: bool = False,
+           max_file_size=None, block: bool = True, quiet: bool = True):
+    """Serve `app`; print its address once it is listening. Returns the local URL.
+
+    block=False returns right after start (tests); otherwise serves until Ctrl-C."""
+    _, url, share_url = app.launch(
+        server_name=host, server_port=port, share=share, max_file_size=max_file_size,
+        prevent_thread_lock=True, quiet=quiet, show_error=True, theme=THEME, css=APP_CSS,
+        footer_links=[], inbrowser=False,
+    )
+    shown = url
+    if host in ("0.0.0.0", "::"):
+        shown = url.replace(host, "127.0.0.1") + f"  (listening on all interfaces: {host})"
+    print(f"whisper-kv is serving on {shown}", flush=True)
+    if share_url:
+        print(f"public share link: {share_url}", flush=True)
+    if block:
+        try:
+            app.block_thread()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            app.close()
+    return url

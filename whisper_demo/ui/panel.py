@@ -1,0 +1,356 @@
+"""Pure formatting for the live cache panel, the latency chart and the Compare summary.
+
+No gradio here and no decoding: every function takes TokenEvents / DecodeResults (and the
+model, for its dimensions) and returns HTML or a DataFrame. Every number shown comes from
+an event or a result; what this module adds is formatting and aggregation (mean and p95
+of the latencies seen so far, tokens per second from those latencies). The file view and
+the Live tab both use it, so nothing here knows which tab it serves.
+
+The DESIGN.md memory formulas are shown beside the measured values:
+    self K/V  = 2 x layers x d_model x tokens x beams x bytes/element   (cache.self_cache_bytes)
+    cross K/V = 2 x layers x 1500 x d_model x bytes/element             (cache.cross_cache_bytes)
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from typing import Dict, Iterable, List, Optional, Sequence, Union
+
+import numpy as np
+import pandas as pd
+
+from ..cache import cross_cache_bytes, self_cache_bytes
+from ..events import DecodeResult, TokenEvent
+
+Item = Union[TokenEvent, DecodeResult]
+
+# One colour per cache mode, used by the chart and the panel's badge alike.
+MODE_COLORS = {"static": "#2563eb", "hooks": "#7c3aed", "off": "#dc2626"}
+MODE_LABELS = {
+    "static": "KV cache: static",
+    "hooks": "KV cache: hooks",
+    "off": "no KV cache",
+}
+MODE_BLURB = {
+    "static": "preallocated K/V, written in place",
+    "hooks": "openai-whisper hooks, torch.cat per step",
+    "off": "everything recomputed every step",
+}
+
+
+# ---------------------------------------------------------------------------------------
+# numbers -> text
+
+
+def fmt_bytes(n: Optional[float]) -> str:
+    """1536 -> '1.5 KiB'; binary units, since tensors are sized in powers of two."""
+    if n is None:
+        return "—"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
+def fmt_ms(ms: Optional[float]) -> str:
+    if ms is None:
+        return "—"
+    if ms >= 1000:
+        return f"{ms / 1000:.2f} s"
+    return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
+
+
+def series_label(mode: str, beam_size: int = 1) -> str:
+    label = MODE_LABELS.get(mode, mode)
+    return label if beam_size == 1 else f"{label}, beam {beam_size}"
+
+
+def element_size(model) -> int:
+    return model.decoder.token_embedding.weight.element_size()
+
+
+def latency_summary(latencies_ms: Sequence[float]) -> Dict[str, float]:
+    """last / mean / p95 / tokens per second (decoder time only) of the steps so far."""
+    if not latencies_ms:
+        return {"last": None, "mean": None, "p95": None, "tps": None, "n": 0}
+    arr = np.asarray(latencies_ms, dtype=np.float64)
+    total = arr.sum()
+    return {
+        "last": float(arr[-1]),
+        "mean": float(arr.mean()),
+        "p95": float(np.percentile(arr, 95)),
+        "tps": float(len(arr) / (total / 1000)) if total > 0 else None,
+        "n": len(arr),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# the panel
+
+
+def _tile(label: str, value: str, sub: str = "", cls: str = "") -> str:
+    sub_html = f'<div class="wk-sub">{sub}</div>' if sub else ""
+    return (f'<div class="wk-tile {cls}"><div class="wk-label">{label}</div>'
+            f'<div class="wk-value">{value}</div>{sub_html}</div>')
+
+
+def _check(measured: int, formula: int) -> str:
+    if measured == formula:
+        return '<span class="wk-ok" title="measured equals the formula">✓ formula</span>'
+    return f'<span class="wk-warn" title="measured differs from the formula">≠ formula</span>'
+
+
+def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[float]] = None,
+               last_event: Optional[TokenEvent] = None, status: str = "",
+               wall_seconds: Optional[float] = None) -> str:
+    """The live panel for a decode in progress (a TokenEvent) or finished (a DecodeResult).
+
+    latencies_ms: per-step latencies seen so far (for mean/p95 while streaming; a result
+    carries its own). last_event: with a result, the final TokenEvent, whose cache length
+    and bytes are the state at the end. status: a short line shown in the header
+    ("decoding…", "done", "stopped"). wall_seconds: time since the run began, if known.
+    """
+    if item is None:
+        return _empty_panel(model, status)
+    dims = model.dims
+    elem = element_size(model)
+
+    if isinstance(item, DecodeResult):
+        result, event = item, last_event
+        lat = latency_summary(result.latencies_ms)
+        lat["mean"], lat["p95"] = result.mean_latency_ms, result.p95_latency_ms
+        lat["tps"] = result.tokens_per_second
+        mode, beams = result.cache_mode, result.beam_size
+        steps = result.n_tokens
+        encoder = fmt_ms(result.encoder_ms)
+        rss = result.peak_rss_bytes
+        rss_sub = "peak resident memory"
+        status = status or "done"
+    else:
+        result, event = None, item
+        lat = latency_summary(latencies_ms if latencies_ms is not None else [item.latency_ms])
+        mode, beams = item.cache_mode, item.beam_size
+        steps = item.step + 1
+        encoder = "—"
+        rss = item.rss_bytes
+        rss_sub = "resident memory now"
+        status = status or "decoding…"
+
+    color = MODE_COLORS.get(mode, "#475569")
+    header = (
+        f'<div class="wk-head"><span class="wk-badge" style="background:{color}">'
+        f'{html.escape(series_label(mode, beams))}</span>'
+        f'<span class="wk-blurb">{html.escape(MODE_BLURB.get(mode, ""))}</span>'
+        f'<span class="wk-status">{html.escape(status)}</span></div>'
+    )
+
+    tiles = []
+    # cache length
+    if event is not None:
+        held, cap = event.cache_tokens, event.cache_capacity
+    else:
+        held, cap = None, dims.n_text_ctx
+    if mode == "off":
+        length_value = "0"
+        length_sub = "nothing kept: every step reruns all tokens"
+        bar = 0.0
+    else:
+        length_value = f"{held if held is not None else '—'}<small> / {cap}</small>"
+        length_sub = "positions held per beam, of n_text_ctx"
+        bar = (held or 0) / cap if cap else 0.0
+    tiles.append(
+        _tile("Cache length", length_value,
+              f'<div class="wk-bar"><div style="width:{100 * bar:.1f}%;background:{color}"></div></div>'
+              f"{length_sub}")
+    )
+
+    # self-attention K/V
+    if event is not None:
+        measured = event.self_cache_bytes
+        tokens = event.cache_tokens
+        formula = self_cache_bytes(model, tokens, beams, elem)
+        formula_text = (f"2 × {dims.n_text_layer} layers × {dims.n_text_state} d × {tokens} tok"
+                        f" × {beams} beam{'s' if beams > 1 else ''} × {elem} B = {fmt_bytes(formula)}")
+        sub = f"{_check(measured, formula)} {formula_text}"
+        if event.self_cache_reserved_bytes > measured:
+            sub += f"<br>allocated {fmt_bytes(event.self_cache_reserved_bytes)} (all {cap} positions, once)"
+        if mode == "off":
+            sub = "none kept (recomputed every step)"
+        tiles.append(_tile("Self-attention K/V", fmt_bytes(measured), sub))
+    elif result is not None:
+        tiles.append(_tile("Self-attention K/V", fmt_bytes(result.peak_self_cache_bytes), "peak"))
+
+    # cross-attention K/V
+    cross_formula = cross_cache_bytes(model, elem)
+    cross_measured = event.cross_cache_bytes if event is not None else (
+        result.peak_cross_cache_bytes if result is not None else 0)
+    cross_text = (f"2 × {dims.n_text_layer} layers × {dims.n_audio_ctx} frames × "
+                  f"{dims.n_text_state} d × {elem} B = {fmt_bytes(cross_formula)}")
+    if mode == "off":
+        cross_sub = f"none kept: {fmt_bytes(cross_formula)} projected again every step"
+    elif cross_measured == cross_formula * beams and beams > 1:
+        cross_sub = f'<span class="wk-ok">✓ formula × {beams} beams</span> {cross_text}'
+    else:
+        cross_sub = f"{_check(cross_measured, cross_formula)} {cross_text}"
+    tiles.append(_tile("Cross-attention K/V", fmt_bytes(cross_measured), cross_sub))
+
+    # latency
+    tiles.append(_tile(
+        "Per-token latency",
+        f'{fmt_ms(lat["last"]) if result is None else fmt_ms(lat["mean"])}',
+        (f'mean {fmt_ms(lat["mean"])} · p95 {fmt_ms(lat["p95"])}' if result is None
+         else f'mean · p95 {fmt_ms(lat["p95"])} · last {fmt_ms(lat["last"])}'),
+        cls="wk-wide-value",
+    ))
+    tps = f'{lat["tps"]:.1f}' if lat["tps"] else "—"
+    tiles.append(_tile("Tokens / s", tps, f"{steps} decoder steps (decoder time only)"))
+    enc_sub = "audio → features, per 30 s window" if result is not None else "reported when the run ends"
+    if result is not None and wall_seconds is not None:
+        enc_sub += f" · wall {wall_seconds:.1f} s"
+    tiles.append(_tile("Encoder", encoder, enc_sub))
+    tiles.append(_tile("Process memory", fmt_bytes(rss), rss_sub))
+    if result is not None:
+        decoder_total = f"{result.decode_seconds:.2f} s"
+        tiles.append(_tile("Decoder total", decoder_total,
+                           f"{result.n_tokens} steps · {result.language}"
+                           + (f" · {result.skipped_windows} silent window(s) skipped"
+                              if result.skipped_windows else "")))
+
+    return f'<div class="wk-panel">{header}<div class="wk-grid">{"".join(tiles)}</div></div>'
+
+
+def _empty_panel(model, status: str = "") -> str:
+    dims = model.dims if model is not None else None
+    detail = ""
+    if dims is not None:
+        elem = element_size(model)
+        detail = (
+            f"{getattr(model, 'name', 'model')}: {dims.n_text_layer} decoder layers, "
+            f"d_model {dims.n_text_state}, up to {dims.n_text_ctx} tokens. "
+            f"Full self-attention cache: {fmt_bytes(self_cache_bytes(model, dims.n_text_ctx, 1, elem))} "
+            f"per beam; cross-attention cache: {fmt_bytes(cross_cache_bytes(model, elem))} per 30 s window."
+        )
+    msg = html.escape(status or "Drop a file, record, or pick an example: the cache fills here as tokens arrive.")
+    return (f'<div class="wk-panel wk-empty"><div class="wk-head"><span class="wk-status">{msg}</span>'
+            f'</div><div class="wk-sub">{html.escape(detail)}</div></div>')
+
+
+# ---------------------------------------------------------------------------------------
+# the chart
+
+
+def latency_frame(latencies_by_series: Dict[str, Sequence[float]]) -> pd.DataFrame:
+    """Long-format frame for gr.LinePlot(x="token", y="latency_ms", color="series")."""
+    frames = []
+    for name, values in latencies_by_series.items():
+        if len(values) == 0:
+            continue
+        frames.append(pd.DataFrame({
+            "token": np.arange(len(values), dtype=np.int64),
+            "latency_ms": np.asarray(values, dtype=np.float64),
+            "series": name,
+        }))
+    if not frames:
+        return pd.DataFrame({"token": pd.Series(dtype="int64"),
+                             "latency_ms": pd.Series(dtype="float64"),
+                             "series": pd.Series(dtype="object")})
+    return pd.concat(frames, ignore_index=True)
+
+
+def chart_colors() -> Dict[str, str]:
+    """color_map for the LinePlot: every series label a run can produce."""
+    colors = {}
+    for mode, color in MODE_COLORS.items():
+        colors[series_label(mode)] = color
+        for beams in range(2, 9):
+            colors[series_label(mode, beams)] = color
+    return colors
+
+
+# ---------------------------------------------------------------------------------------
+# Compare
+
+
+def compare_html(cached: DecodeResult, uncached: DecodeResult) -> str:
+    """Both totals, the speedup, and whether the two token sequences are identical."""
+    identical = cached.tokens == uncached.tokens
+    speedup = uncached.decode_seconds / cached.decode_seconds if cached.decode_seconds > 0 else float("inf")
+    wall_on = cached.decode_seconds + cached.encoder_ms / 1000
+    wall_off = uncached.decode_seconds + uncached.encoder_ms / 1000
+    wall_speedup = wall_off / wall_on if wall_on > 0 else float("inf")
+    greedy = cached.beam_size == 1
+    if identical:
+        badge = '<span class="wk-pill wk-pill-ok">✓ identical tokens</span>'
+    else:
+        first = next((i for i, (a, b) in enumerate(zip(cached.tokens, uncached.tokens)) if a != b),
+                     min(len(cached.tokens), len(uncached.tokens)))
+        why = "a bug: greedy decoding must not depend on the cache" if greedy else "beam search"
+        badge = (f'<span class="wk-pill wk-pill-bad">✗ tokens differ from position {first} ({why})</span>')
+
+    def col(result: DecodeResult, wall: float) -> str:
+        color = MODE_COLORS.get(result.cache_mode, "#475569")
+        return (
+            f'<div class="wk-cmp-col" style="border-color:{color}">'
+            f'<div class="wk-label" style="color:{color}">{html.escape(series_label(result.cache_mode, result.beam_size))}</div>'
+            f'<div class="wk-value">{result.decode_seconds:.2f} s</div>'
+            f'<div class="wk-sub">decoder, {result.n_tokens} tokens · mean {fmt_ms(result.mean_latency_ms)}'
+            f' · p95 {fmt_ms(result.p95_latency_ms)}<br>with encoder {wall:.2f} s</div></div>'
+        )
+
+    return (
+        f'<div class="wk-compare">{col(cached, wall_on)}{col(uncached, wall_off)}'
+        f'<div class="wk-cmp-col wk-cmp-speed"><div class="wk-label">Speedup from the cache</div>'
+        f'<div class="wk-value">{speedup:.1f}×</div>'
+        f'<div class="wk-sub">decoder time · {wall_speedup:.1f}× including the encoder</div>'
+        f'{badge}</div></div>'
+    )
+
+
+class RunStats:
+    """Aggregates one run's events for the panel: latencies so far, the last event."""
+
+    def __init__(self):
+        self.latencies_ms: List[float] = []
+        self.last_event: Optional[TokenEvent] = None
+        self.started = time.perf_counter()
+
+    def add(self, event: TokenEvent) -> None:
+        self.latencies_ms.append(event.latency_ms)
+        self.last_event = event
+
+    @property
+    def wall_seconds(self) -> float:
+        return time.perf_counter() - self.started
+
+
+PANEL_CSS = """
+.wk-panel { font-variant-numeric: tabular-nums; }
+.wk-head { display:flex; align-items:center; gap:.6rem; margin-bottom:.5rem; flex-wrap:wrap; }
+.wk-badge { color:#fff; border-radius:999px; padding:.15rem .7rem; font-weight:600; font-size:.85rem; }
+.wk-blurb { color:var(--body-text-color-subdued); font-size:.85rem; }
+.wk-status { margin-left:auto; font-size:.85rem; color:var(--body-text-color-subdued); }
+.wk-empty .wk-status { margin-left:0; }
+.wk-grid { display:grid; grid-template-columns:repeat(auto-fill, minmax(200px, 1fr)); gap:.5rem; }
+.wk-tile { border:1px solid var(--border-color-primary); border-radius:8px; padding:.45rem .65rem;
+           background:var(--background-fill-secondary); min-height:4.6rem; }
+.wk-label { font-size:.72rem; text-transform:uppercase; letter-spacing:.05em;
+            color:var(--body-text-color-subdued); font-weight:600; }
+.wk-value { font-size:1.55rem; font-weight:700; line-height:1.2; font-family:var(--font-mono); }
+.wk-value small { font-size:.9rem; font-weight:500; color:var(--body-text-color-subdued); }
+.wk-sub { font-size:.74rem; color:var(--body-text-color-subdued); line-height:1.35; }
+.wk-ok { color:#15803d; font-weight:600; }
+.wk-warn { color:#b45309; font-weight:600; }
+.wk-bar { height:6px; background:var(--border-color-primary); border-radius:3px; margin:.25rem 0 .2rem; overflow:hidden; }
+.wk-bar > div { height:100%; border-radius:3px; transition:width .15s; }
+.wk-compare { display:grid; grid-template-columns:1fr 1fr 1.2fr; gap:.5rem; font-variant-numeric:tabular-nums; }
+.wk-cmp-col { border:1px solid var(--border-color-primary); border-left-width:4px; border-radius:8px;
+              padding:.45rem .65rem; background:var(--background-fill-secondary); }
+.wk-cmp-speed { border-left-color:#15803d; }
+.wk-pill { display:inline-block; margin-top:.35rem; border-radius:999px; padding:.1rem .6rem;
+           font-size:.8rem; font-weight:700; }
+.wk-pill-ok { background:#dcfce7; color:#166534; }
+.wk-pill-bad { background:#fee2e2; color:#991b1b; }
+"""

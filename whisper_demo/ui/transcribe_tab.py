@@ -1,0 +1,349 @@
+"""The file / recorded-clip view: drop or record audio, watch tokens and the cache arrive.
+
+Everything a user can do here is one of four handlers on `TranscribeTab`, each a plain
+Python callable that tests can call directly:
+
+    transcribe(audio, cache_on, mode, beam, language, timestamps, model_name, previous)
+        -> generator of (transcript, panel_html, chart_frame, compare_html, previous)
+    compare(...same inputs...) -> the same outputs, for cache on then cache off
+    load_model(model_name) -> (model status markdown, language dropdown update)
+    stopped() -> panel note after Stop
+
+The decode itself is whisper_demo.decode.stream_transcribe; this module only turns its
+events into page updates (throttled: see Throttle) and its failures into readable messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Iterator, List, Optional, Tuple
+
+import gradio as gr
+from whisper.tokenizer import LANGUAGES
+
+from ..audio import AudioError, describe, load_audio
+from ..decode import stream_transcribe
+from ..events import DecodeOptions, DecodeResult, TokenEvent
+from . import panel
+from .store import Defaults, ModelStore
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_DIRS = (REPO / "examples", REPO / "tests" / "data")
+EXAMPLE_FILES = ("jfk.wav", "speech_25s.wav", "short_3s.wav")
+
+PREVIOUS_COLOR = "#94a3b8"  # the last run, drawn in grey behind the current one
+
+
+def example_paths() -> List[str]:
+    found = []
+    for name in EXAMPLE_FILES:
+        for folder in EXAMPLE_DIRS:
+            if (folder / name).is_file():
+                found.append(str(folder / name))
+                break
+    return found
+
+
+class Throttle:
+    """Decides when a streamed token is worth a page update.
+
+    A page update ships the transcript, the panel and the whole chart frame to the browser;
+    at tiny.en's 5-15 ms per token that is more than a browser wants to redraw. So: the first
+    token at once (time to first token is part of the experience), then whenever 3 tokens
+    and 50 ms have passed, or 100 ms whatever the count (slow, uncached decodes update every
+    token). The caller always sends the final state itself.
+    """
+
+    def __init__(self, every_tokens: int = 3, min_interval: float = 0.05, max_interval: float = 0.1):
+        self.every_tokens = every_tokens
+        self.min_interval = min_interval
+        self.max_interval = max_interval
+        self.pending = 0
+        self.last = None
+
+    def due(self) -> bool:
+        self.pending += 1
+        now = time.perf_counter()
+        if self.last is None:
+            fire = True
+        else:
+            dt = now - self.last
+            fire = dt >= self.max_interval or (self.pending >= self.every_tokens and dt >= self.min_interval)
+        if fire:
+            self.pending, self.last = 0, now
+        return fire
+
+
+def effective_mode(cache_on: bool, mode: str) -> str:
+    """The "KV cache" checkbox wins: off means off; on means the advanced mode (never off)."""
+    if not cache_on:
+        return "off"
+    return mode if mode in ("static", "hooks") else "static"
+
+
+def language_choices() -> List[Tuple[str, str]]:
+    return [("auto-detect", "auto")] + sorted(
+        ((f"{name.title()} ({code})", code) for code, name in LANGUAGES.items()), key=lambda c: c[0])
+
+
+def model_choices() -> List[Tuple[str, str]]:
+    """Dropdown entries from models.list_models(): offline ones first, the rest marked."""
+    try:
+        from ..models import list_models
+
+        infos = list_models()
+    except Exception as exc:  # a broken models module must not take the page down
+        log.warning("list_models failed: %s", exc)
+        return []
+    choices = []
+    for info in infos:
+        size = f"{info.n_params / 1e6:.0f} M params" if info.n_params else ""
+        where = "offline" if info.available_offline else "needs download"
+        choices.append((f"{info.name} · {size} · {where}".replace(" ·  ·", " ·"), info.name))
+    return choices
+
+
+class TranscribeTab:
+    """Handlers of the Transcribe tab, bound to the shared store and the app's defaults."""
+
+    def __init__(self, store: ModelStore, defaults: Defaults):
+        self.store = store
+        self.defaults = defaults
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _model(self, name: Optional[str], progress=None):
+        name = name or self.defaults.model
+        if progress is not None and not self.store.is_loaded(name):
+            progress(0, desc=f"Loading {name} (once; then shared by every session)…")
+        try:
+            return self.store.get(name)
+        except Exception as exc:  # ModelError, or a download that cannot happen offline
+            raise gr.Error(f"Model {name!r} is not available: {exc}", title="Model unavailable") from exc
+
+    def _audio(self, audio):
+        try:
+            return load_audio(audio, self.defaults.max_audio_seconds)
+        except AudioError as exc:
+            raise gr.Error(str(exc), title="Can't use this audio") from exc
+
+    def _options(self, model, cache_on, mode, beam, language, timestamps) -> DecodeOptions:
+        lang = None if (not language or language == "auto" or not model.is_multilingual) else language
+        base = self.defaults.options
+        return DecodeOptions(
+            cache=effective_mode(bool(cache_on), mode), beam_size=int(beam or 1), language=lang,
+            timestamps=bool(timestamps), task=base.task,
+            condition_on_previous_text=base.condition_on_previous_text,
+            temperature_fallback=base.temperature_fallback,
+            no_speech_threshold=base.no_speech_threshold, silence_rms=base.silence_rms,
+        )
+
+    @staticmethod
+    def _chart(series: dict, previous) -> "panel.pd.DataFrame":
+        data = {}
+        if previous:
+            data[previous[0]] = previous[1]
+        data.update(series)
+        return panel.latency_frame(data)
+
+    def _run(self, model, samples, options, label: str, chart_series: dict, previous,
+             transcript_prefix: str = "", compare_value: str = "") -> Iterator[tuple]:
+        """Stream one decode. Yields page tuples; the last thing it yields is
+        ("result", DecodeResult, RunStats) for the caller."""
+        stats = panel.RunStats()
+        throttle = Throttle()
+        chart_series[label] = stats.latencies_ms  # the chart reads the live list
+        yield (transcript_prefix, panel.panel_html(None, model, status=f"encoding {describe(samples)}…"),
+               self._chart(chart_series, previous), compare_value, gr.skip())
+        result: Optional[DecodeResult] = None
+        stream = stream_transcribe(model, samples, options)
+        try:
+            for item in stream:
+                if isinstance(item, TokenEvent):
+                    stats.add(item)
+                    if throttle.due():
+                        yield (transcript_prefix + item.transcript,
+                               panel.panel_html(item, model, latencies_ms=stats.latencies_ms),
+                               self._chart(chart_series, previous), compare_value, gr.skip())
+                else:
+                    result = item
+        except GeneratorExit:
+            raise
+        except Exception as exc:
+            log.exception("decode failed")
+            raise gr.Error(f"Decoding failed: {type(exc).__name__}: {exc}", title="Decoding failed") from exc
+        finally:
+            # Stop (Gradio closes this generator) or an error: closing the decoder frees
+            # its cache and, in hooks mode, removes the hooks from the shared model.
+            stream.close()
+        yield ("result", result, stats)
+
+    # --- handlers -----------------------------------------------------------------------
+
+    def transcribe(self, audio, cache_on=True, mode="static", beam=1, language="auto",
+                   timestamps=True, model_name=None, previous=None,
+                   progress=gr.Progress(track_tqdm=True)):
+        model = self._model(model_name, progress)
+        samples = self._audio(audio)
+        options = self._options(model, cache_on, mode, beam, language, timestamps)
+        label = panel.series_label(options.cache, options.beam_size)
+        prev = None
+        if previous:
+            prev = (f"previous: {previous[0]}", previous[1])
+        series: dict = {}
+        for out in self._run(model, samples, options, label, series, prev):
+            if out[0] == "result":
+                _, result, stats = out
+                break
+            yield out
+        final_panel = panel.panel_html(result, model, last_event=stats.last_event,
+                                       wall_seconds=stats.wall_seconds)
+        yield (result.text, final_panel, self._chart(series, prev), "", (label, list(result.latencies_ms)))
+
+    def compare(self, audio, cache_on=True, mode="static", beam=1, language="auto",
+                timestamps=True, model_name=None, previous=None,
+                progress=gr.Progress(track_tqdm=True)):
+        """The same audio twice: with the chosen cache (static if the switch is off), then
+        without. Both curves on one chart, both totals, the speedup, identical-tokens badge."""
+        model = self._model(model_name, progress)
+        samples = self._audio(audio)
+        on = self._options(model, True, mode, beam, language, timestamps)
+        off = self._options(model, False, mode, beam, language, timestamps)
+        series: dict = {}
+        results = []
+        waiting = '<div class="wk-sub">Comparing: run 1 of 2, with the cache…</div>'
+        for i, options in enumerate((on, off)):
+            label = panel.series_label(options.cache, options.beam_size)
+            note = waiting if i == 0 else '<div class="wk-sub">Comparing: run 2 of 2, without the cache…</div>'
+            for out in self._run(model, samples, options, label, series, None, compare_value=note):
+                if out[0] == "result":
+                    _, result, stats = out
+                    break
+                yield out
+            results.append((result, stats))
+        (r_on, s_on), (r_off, s_off) = results
+        final_panel = panel.panel_html(r_off, model, last_event=s_off.last_event,
+                                       wall_seconds=s_off.wall_seconds,
+                                       status="compare done (panel: the uncached run)")
+        yield (r_on.text, final_panel, self._chart(series, None), panel.compare_html(r_on, r_off),
+               (panel.series_label(r_on.cache_mode, r_on.beam_size), list(r_on.latencies_ms)))
+
+    def load_model(self, model_name, progress=gr.Progress(track_tqdm=True)):
+        model = self._model(model_name, progress)
+        return self.model_status(model), self.language_update(model)
+
+    def model_status(self, model=None) -> str:
+        from ..models import model_label
+
+        model = model or self.store.get(self.defaults.model)
+        entry = self.store.get_entry(getattr(model, "name", self.defaults.model))
+        loaded = f" · loaded in {entry.load_seconds:.1f} s" if entry.load_seconds else ""
+        kind = "multilingual" if model.is_multilingual else "English-only"
+        return f"**{model_label(model)}** · {kind} · {model.device}{loaded}"
+
+    @staticmethod
+    def language_update(model):
+        if model.is_multilingual:
+            return gr.update(interactive=True, info="for multilingual models; auto-detect by default")
+        return gr.update(value="auto", interactive=False, info="this model is English-only")
+
+    def stopped(self):
+        gr.Info("Stopped: the decode was cancelled and its cache freed.")
+
+
+def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=None) -> TranscribeTab:
+    """Lay out the tab inside the current gr.Blocks context and wire its events.
+
+    model_status: a gr.Markdown (the page header's model line) to update on model switch."""
+    tab = TranscribeTab(store, defaults)
+    default_model = store.get(defaults.model) if store.is_loaded(defaults.model) else None
+    opts = defaults.options
+    previous = gr.State(None)
+
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=5, min_width=340):
+            audio = gr.Audio(
+                sources=["upload", "microphone"], type="filepath", elem_id="audio_in",
+                label="Audio: drop a file, or pick the microphone and record",
+            )
+            with gr.Row():
+                cache_on = gr.Checkbox(value=opts.cache != "off", label="KV cache", elem_id="kv_toggle",
+                                       info="off: every token recomputes everything before it")
+            with gr.Row():
+                run_btn = gr.Button("Transcribe", variant="primary", elem_id="run_btn")
+                compare_btn = gr.Button("Compare: cache on vs off", elem_id="compare_btn")
+                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop_btn")
+            with gr.Accordion("Advanced", open=False, elem_id="advanced"):
+                model_dd = gr.Dropdown(choices=model_choices() or [defaults.model], value=defaults.model,
+                                       label="Model", elem_id="model_dd",
+                                       info="loaded once, then shared by every session")
+                mode = gr.Radio(["static", "hooks", "off"],
+                                value=opts.cache, label="Cache mode", elem_id="cache_mode",
+                                info="static: preallocated, written in place · hooks: openai-whisper's "
+                                     "torch.cat per step · off: no cache")
+                beam = gr.Slider(1, 5, value=opts.beam_size, step=1, label="Beam size",
+                                 info="1 = greedy; beams share one cross-attention cache")
+                multilingual = bool(default_model is not None and default_model.is_multilingual)
+                language = gr.Dropdown(language_choices(), value="auto", label="Language",
+                                       interactive=multilingual,
+                                       info="for multilingual models" if multilingual
+                                       else "this model is English-only")
+                timestamps = gr.Checkbox(value=opts.timestamps, label="Timestamps",
+                                         info="timestamp tokens; needed to seek through audio over 30 s")
+            examples = example_paths()
+            if examples:
+                ex = gr.Examples([[p] for p in examples], inputs=[audio], label="Examples (click to transcribe)")
+            else:
+                ex = None
+        with gr.Column(scale=7, min_width=420):
+            transcript = gr.Textbox(label="Transcript", lines=4, max_lines=12, elem_id="transcript",
+                                    interactive=False, buttons=["copy"],
+                                    placeholder="Tokens appear here as the decoder chooses them.")
+            panel_box = gr.HTML(panel.panel_html(None, default_model) if default_model is not None else "",
+                                elem_id="cache_panel")
+            compare_box = gr.HTML("", elem_id="compare_box")
+            chart = gr.LinePlot(
+                panel.latency_frame({}), x="token", y="latency_ms", color="series",
+                color_map={**panel.chart_colors(), **_previous_colors()},
+                title="Per-token decoder latency", x_title="token position",
+                y_title="latency (ms)", height=300, elem_id="latency_chart",
+                tooltip=["token", "latency_ms", "series"], label="Latency",
+            )
+
+    inputs = [audio, cache_on, mode, beam, language, timestamps, model_dd, previous]
+    outputs = [transcript, panel_box, chart, compare_box, previous]
+    # Every decode shares one concurrency group ("decode"): see ui/__init__.py for the numbers.
+    decode_kw = dict(concurrency_id="decode", concurrency_limit=defaults.concurrency,
+                     show_progress="minimal")
+    events = [
+        run_btn.click(tab.transcribe, inputs, outputs, api_name="transcribe", **decode_kw),
+        audio.upload(tab.transcribe, inputs, outputs, api_name=False, **decode_kw),
+        audio.stop_recording(tab.transcribe, inputs, outputs, api_name=False, **decode_kw),
+        compare_btn.click(tab.compare, inputs, outputs, api_name="compare", **decode_kw),
+    ]
+    if ex is not None and getattr(ex, "load_input_event", None) is not None:
+        events.append(ex.load_input_event.then(tab.transcribe, inputs, outputs, api_name=False, **decode_kw))
+    stop_btn.click(tab.stopped, None, None, cancels=events, queue=False, api_name=False)
+
+    # The checkbox and the mode radio say the same thing two ways; keep them in step.
+    cache_on.input(lambda on, m: effective_mode(on, m) if on else "off", [cache_on, mode], mode,
+                   queue=False, api_name=False)
+    mode.input(lambda m: m != "off", mode, cache_on, queue=False, api_name=False)
+    # Switching model loads it once (progress shown on the status line) and keeps it in
+    # the shared store; a model that cannot load says why and the old one stays selected.
+    status_out = model_status if model_status is not None else gr.Markdown(visible=False)
+    model_dd.input(tab.load_model, model_dd, [status_out, language], api_name="load_model",
+                   concurrency_id="load", concurrency_limit=1, show_progress="full")
+    tab.components = dict(audio=audio, cache_on=cache_on, mode=mode, beam=beam, language=language,
+                          timestamps=timestamps, model=model_dd, transcript=transcript,
+                          panel=panel_box, chart=chart, compare=compare_box, previous=previous,
+                          run=run_btn, compare_btn=compare_btn, stop=stop_btn)
+    return tab
+
+
+def _previous_colors() -> dict:
+    return {f"previous: {label}": PREVIOUS_COLOR for label in panel.chart_colors()}
