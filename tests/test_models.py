@@ -70,11 +70,23 @@ def tiny(shared_cache):
 
 
 @pytest.fixture(scope="module")
+def base(shared_cache):
+    return models.load_model("base", device="cpu", progress=False)
+
+
+@pytest.fixture(scope="module")
 def jfk_mel():
     with wave.open(str(DATA / "jfk.wav")) as w:
         assert w.getframerate() == 16000 and w.getsampwidth() == 2
         audio = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768
     return whisper.log_mel_spectrogram(whisper.pad_or_trim(torch.from_numpy(audio)))
+
+
+@pytest.fixture(scope="module")
+def tiny_features(tiny, jfk_mel):
+    """tiny.en's encoder output for jfk.wav, computed once (the encoder is the slow part)."""
+    with torch.no_grad():
+        return tiny.embed_audio(jfk_mel[None])
 
 
 # --- reader --------------------------------------------------------------------------------
@@ -169,8 +181,7 @@ def test_tiny_dims_and_state_dict_match_openai_whisper(tiny_checkpoint):
         assert got[key].shape == expected[key].shape, key
 
 
-def test_alignment_heads_restored_as_openai_whisper_has_them(shared_cache, tiny):
-    base = models.load_model("base", device="cpu", progress=False)
+def test_alignment_heads_restored_as_openai_whisper_has_them(tiny, base):
     for model, name in [(tiny, "tiny.en"), (base, "base")]:
         reference = Whisper(model.dims)
         reference.set_alignment_heads(whisper._ALIGNMENT_HEADS[name])  # openai-whisper's own table
@@ -218,14 +229,14 @@ def _attention(q, k, v, heads, causal):
     return (p @ v).transpose(1, 0, 2).reshape(n, d)
 
 
-def test_decoder_layer_0_matches_numpy_from_raw_arrays(tiny_ct2, tiny, jfk_mel):
+def test_decoder_layer_0_matches_numpy_from_raw_arrays(tiny_ct2, tiny, tiny_features):
     """One decoder layer by hand from the ct2 names (q,k,v rows in that order; cross k,v):
     a swapped or misplaced projection in the converter changes the output."""
     v, d, heads = tiny_ct2.variables, 384, 6
     tokenizer = whisper.tokenizer.get_tokenizer(multilingual=False)
     tokens = list(tokenizer.sot_sequence_including_notimestamps) + tokenizer.encode(" And so my fellow")
+    xa = tiny_features  # shared input: this check is on the decoder side
     with torch.no_grad():
-        xa = tiny.encoder(jfk_mel[None])  # shared input: the check is on the decoder side
         t = torch.tensor([tokens])
         x0 = tiny.decoder.token_embedding(t) + tiny.decoder.positional_embedding[: len(tokens)]
         got = tiny.decoder.blocks[0](x0, xa, mask=tiny.decoder.mask)[0].double().numpy()
@@ -249,13 +260,21 @@ def test_decoder_layer_0_matches_numpy_from_raw_arrays(tiny_ct2, tiny, jfk_mel):
 
 
 @pytest.mark.parametrize("name", ["tiny.en", "base"])
-def test_greedy_transcript_of_real_speech(shared_cache, tiny, jfk_mel, name):
-    model = tiny if name == "tiny.en" else models.load_model(name, device="cpu", progress=False)
-    options = whisper.DecodingOptions(language="en", fp16=False, without_timestamps=True)
-    text = whisper.decode(model, jfk_mel.to(next(model.parameters()).device), options).text
+def test_greedy_transcript_of_real_speech(request, tiny, tiny_features, jfk_mel, name):
+    """End to end on real speech. The first ten tokens are enough to show a working
+    model (a broken conversion derails at once) and keep the test short on a CPU."""
+    if name == "tiny.en":
+        model, features = tiny, tiny_features[0]
+    else:
+        model = request.getfixturevalue("base")
+        with torch.no_grad():
+            features = model.embed_audio(jfk_mel[None])[0]
+    options = whisper.DecodingOptions(language="en", fp16=False, without_timestamps=True, sample_len=10)
+    text = whisper.decode(model, features, options).text  # features given: no second encoder pass
     expected = json.loads((DATA / "transcripts.json").read_text())["jfk.wav"]
     norm = lambda s: "".join(c for c in s.lower() if c.isalnum() or c == " ").split()
-    assert norm(text) == norm(expected)
+    words = norm(text)
+    assert len(words) >= 5 and words == norm(expected)[: len(words)], text
 
 
 # --- load_model: package models and their cache -----------------------------------------------
@@ -440,3 +459,19 @@ def test_local_checkpoint_path(shared_cache, tiny, tmp_path):
         models.load_model(str(other), progress=False)
     with pytest.raises(models.ModelError, match="No such model file"):
         models.load_model(str(tmp_path / "missing.pt"), progress=False)
+
+
+def test_fp16_model_runs_and_agrees(shared_cache, tiny, tiny_features):
+    """The CUDA branch of load_model (to_fp16), exercised on CPU: the mixed float16 /
+    float32-LayerNorm model must run and give the same next token as float32."""
+    half = models.to_fp16(models.load_model("tiny.en", device="cpu", progress=False))
+    assert half.decoder.blocks[0].attn.query.weight.dtype == torch.float16
+    assert half.decoder.ln.weight.dtype == torch.float32
+    tokenizer = whisper.tokenizer.get_tokenizer(multilingual=False)
+    tokens = torch.tensor([list(tokenizer.sot_sequence_including_notimestamps)])
+    with torch.no_grad():
+        # the encoder in float16 is slow on CPU; the decoder has the same module types
+        reference = tiny.logits(tokens, tiny_features)[0, -1]
+        got = half.logits(tokens, tiny_features.half())[0, -1]
+    assert got.argmax() == reference.argmax()
+    assert torch.allclose(got.float(), reference, atol=0.5)

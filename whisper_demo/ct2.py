@@ -366,8 +366,9 @@ def to_whisper_checkpoint(variables: Dict[str, np.ndarray], config: Optional[dic
     dims = infer_dims(variables)
     arrays = _map_names(variables, dims)
     state_dict = {
-        # copy: the arrays may be views into one read buffer, and torch wants owned,
-        # writable memory (and the checkpoint must not keep the whole file alive)
+        # copy: q, k and v are views of one fused array, and torch.save writes a view's
+        # whole storage, so without the copy the cache file would carry the fused
+        # tensors (dropped key biases included) instead of just the parts we keep
         name: torch.from_numpy(np.ascontiguousarray(a).copy())
         for name, a in arrays.items()
     }

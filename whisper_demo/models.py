@@ -278,15 +278,23 @@ def _all_names() -> List[str]:
 def _finish(model: Whisper, name: str, device) -> Whisper:
     model = model.to(device)
     if torch.device(device).type == "cuda":
-        # fp16 weights halve memory and use the tensor cores. openai-whisper's
-        # LayerNorm runs in float32 (it calls x.float()), and torch refuses a float32
-        # input with float16 weights, so the norms keep float32 weights.
-        model.half()
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.float()
+        to_fp16(model)
     model.eval()
     model.name = name
+    return model
+
+
+def to_fp16(model: Whisper) -> Whisper:
+    """float16 weights (half the memory, tensor cores on CUDA), LayerNorms kept float32.
+
+    openai-whisper's LayerNorm computes in float32 (it calls x.float()), and torch
+    refuses a float32 input with float16 weights, so the norms keep float32 weights.
+    Feed such a model float16 mel (as whisper.decode does with fp16=True).
+    """
+    model.half()
+    for module in model.modules():
+        if isinstance(module, torch.nn.LayerNorm):
+            module.float()
     return model
 
 
@@ -500,6 +508,9 @@ def _load_openai_model(name: str, progress: bool) -> Whisper:
 
 
 def _load_checkpoint_file(path: Path) -> Whisper:
+    if path.is_dir():
+        raise ModelError(f"{path} is a directory; give a .pt checkpoint file or a model name "
+                         f"({', '.join(_all_names())})")
     if not path.is_file():
         raise ModelError(f"No such model file: {path}. Valid names: {', '.join(_all_names())}")
     try:
