@@ -475,3 +475,9 @@ def test_fp16_model_runs_and_agrees(shared_cache, tiny, tiny_features):
         got = half.logits(tokens, tiny_features.half())[0, -1]
     assert got.argmax() == reference.argmax()
     assert torch.allclose(got.float(), reference, atol=0.5)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on machines without CUDA")
+def test_cuda_without_gpu_is_a_clear_error(shared_cache):
+    with pytest.raises(models.ModelError, match="no CUDA GPU"):
+        models.load_model("tiny.en", device="cuda", progress=False)

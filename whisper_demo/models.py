@@ -255,6 +255,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: Optional[str] = None,
     """A whisper.model.Whisper in eval mode: fp16 on CUDA, fp32 on CPU, `.name` set."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ModelError(f"device {device!r} asked for, but this PyTorch sees no CUDA GPU; use device='cpu'")
     name = str(name_or_path)
 
     if name in _PACKAGE_MODELS:
