@@ -1,0 +1,441 @@
+"""The desktop microphone, through sounddevice (PortAudio). The only module that imports it.
+
+    python app.py --mic                 # default input device, transcribed in the terminal
+    python app.py --list-devices
+    python app.py --mic --input-device 3
+
+`import sounddevice` happens lazily, inside the functions: without PortAudio (OSError
+"PortAudio library not found") or without any input device, the rest of the app still
+works and these functions raise MicUnavailable with a message that says what to install
+or plug in.
+"""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import sys
+import threading
+import time
+from typing import Callable, List, Optional, TextIO, Union
+
+import numpy as np
+
+from .events import DecodeOptions, TokenEvent
+from .live import BackgroundTranscriber, LiveTranscriber, LiveUpdate
+
+SAMPLE_RATE = 16000
+BLOCK_SECONDS = 0.1
+
+INSTALL_HINT = (
+    "install PortAudio (Debian/Ubuntu: sudo apt-get install libportaudio2; "
+    "macOS: brew install portaudio) and restart the app"
+)
+NO_DEVICE_HINT = (
+    "no audio input device found: plug in a microphone (or enable one in the system's "
+    "sound settings), then check `python app.py --list-devices`"
+)
+
+DIM, RESET, CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[2K"
+
+
+class MicUnavailable(RuntimeError):
+    """The desktop microphone cannot be used; str() says why and what to do."""
+
+
+def _sounddevice():
+    try:
+        import sounddevice as sd
+    except OSError as err:  # the Python package is there, the PortAudio library is not
+        raise MicUnavailable(f"the desktop microphone needs the PortAudio library ({err}): {INSTALL_HINT}") from err
+    except ImportError as err:
+        raise MicUnavailable(
+            f"the desktop microphone needs the sounddevice package ({err}): pip install sounddevice, "
+            f"and {INSTALL_HINT}") from err
+    return sd
+
+
+def input_devices() -> List[dict]:
+    """Input-capable devices: dicts with index, name, channels, default_samplerate, default."""
+    sd = _sounddevice()
+    try:
+        devices = sd.query_devices()
+        default_in = sd.default.device[0] if sd.default.device is not None else -1
+    except Exception as err:  # PortAudioError and friends
+        raise MicUnavailable(f"cannot list audio devices ({err}); {NO_DEVICE_HINT}") from err
+    found = []
+    for index, dev in enumerate(devices):
+        if dev.get("max_input_channels", 0) > 0:
+            found.append({
+                "index": index, "name": dev.get("name", f"device {index}"),
+                "channels": dev["max_input_channels"],
+                "default_samplerate": dev.get("default_samplerate"),
+                "default": index == default_in,
+            })
+    return found
+
+
+def list_devices_text() -> str:
+    """Human-readable list of input devices, or why there are none (never raises)."""
+    try:
+        devices = input_devices()
+    except MicUnavailable as err:
+        return f"Desktop microphone unavailable: {err}"
+    if not devices:
+        return f"No audio input devices. {NO_DEVICE_HINT[0].upper()}{NO_DEVICE_HINT[1:]}."
+    lines = ["Audio input devices (use --input-device INDEX or a part of the name):"]
+    for d in devices:
+        mark = "*" if d["default"] else " "
+        rate = f"{d['default_samplerate']:g} Hz" if d["default_samplerate"] else "? Hz"
+        lines.append(f" {mark} {d['index']:>3}  {d['name']}  ({d['channels']} ch, {rate})")
+    return "\n".join(lines)
+
+
+def availability() -> Optional[str]:
+    """None if an input device can be opened in principle, else the message to show."""
+    try:
+        devices = input_devices()
+    except MicUnavailable as err:
+        return str(err)
+    if not devices:
+        return NO_DEVICE_HINT
+    return None
+
+
+def _resolve_device(device: Union[int, str, None]):
+    if device is None or isinstance(device, int):
+        return device
+    text = str(device).strip()
+    return int(text) if text.isdigit() else text  # sounddevice matches a name substring
+
+
+class MicStream:
+    """An open input stream whose callback pushes float32 mono 16 kHz-or-device-rate blocks
+    onto a queue. `stream_factory` stands in for sounddevice.InputStream in tests."""
+
+    def __init__(self, device=None, stream_factory: Optional[Callable] = None,
+                 block_seconds: float = BLOCK_SECONDS):
+        self.queue: "queue.Queue[np.ndarray]" = queue.Queue()
+        self.status_messages: List[str] = []
+        self.overflows = 0
+        device = _resolve_device(device)
+        if stream_factory is None:
+            sd = _sounddevice()
+            if device is None and not input_devices():
+                raise MicUnavailable(NO_DEVICE_HINT)
+            stream_factory = sd.InputStream
+            self.sample_rate = self._pick_rate(sd, device)
+        else:
+            self.sample_rate = SAMPLE_RATE
+        try:
+            self._stream = self._open(stream_factory, device, self.sample_rate, block_seconds)
+        except MicUnavailable:
+            raise
+        except Exception as err:  # PortAudioError: no such device, busy, unsupported...
+            raise MicUnavailable(f"cannot open the microphone {device!r} ({err}); {NO_DEVICE_HINT}") from err
+        self.sample_rate = int(getattr(self._stream, "samplerate", self.sample_rate) or self.sample_rate)
+
+    @staticmethod
+    def _pick_rate(sd, device) -> int:
+        """16 kHz if the device takes it (no resampling), else its own default rate."""
+        try:
+            sd.check_input_settings(device=device, channels=1, dtype="float32", samplerate=SAMPLE_RATE)
+            return SAMPLE_RATE
+        except Exception:
+            pass
+        try:
+            info = sd.query_devices(device, "input")
+        except Exception as err:
+            raise MicUnavailable(f"cannot use audio input device {device!r} ({err}); {NO_DEVICE_HINT}") from err
+        return int(info["default_samplerate"])
+
+    def _open(self, factory, device, rate, block_seconds):
+        def callback(indata, frames, time_info, status):
+            if status:
+                self.status_messages.append(str(status))
+                if "overflow" in str(status):
+                    self.overflows += 1
+            data = np.asarray(indata, dtype=np.float32)
+            self.queue.put(data.mean(axis=1) if data.ndim == 2 else data.copy())
+
+        return factory(device=device, channels=1, samplerate=rate, dtype="float32",
+                       blocksize=int(rate * block_seconds), callback=callback)
+
+    def start(self):
+        self._stream.start()
+        return self
+
+    def stop(self):
+        for method in ("stop", "close"):
+            try:
+                getattr(self._stream, method)()
+            except Exception:
+                pass
+
+    def drain(self) -> List[np.ndarray]:
+        chunks = []
+        while True:
+            try:
+                chunks.append(self.queue.get_nowait())
+            except queue.Empty:
+                return chunks
+
+    @property
+    def active(self) -> bool:
+        return bool(getattr(self._stream, "active", True))
+
+
+# ---------------------------------------------------------------------- terminal mode
+
+
+class _TerminalView:
+    """Committed text printed once, in normal type; the tentative tail and a status line
+    rewritten in place, dimmed."""
+
+    def __init__(self, out: TextIO, color: bool):
+        self.out = out
+        self.color = color
+        self.status = ""
+        self.tentative = ""
+        self.printed_committed = ""
+
+    def _width(self) -> int:
+        return max(40, shutil.get_terminal_size((100, 20)).columns - 1)
+
+    def _dim(self, text: str) -> str:
+        return f"{DIM}{text}{RESET}" if self.color else text
+
+    def show(self, committed_new: str, tentative: str, status: str) -> None:
+        out = self.out
+        if self.color:
+            out.write(CLEAR_LINE)
+        if committed_new:
+            out.write(committed_new + "\n")
+            self.printed_committed = f"{self.printed_committed} {committed_new}".strip()
+        self.tentative, self.status = tentative, status
+        if self.color:
+            # Fit the visible text to one terminal line before adding escape codes, so the
+            # \r rewrite never wraps: the end of the tentative text matters most.
+            width = self._width()
+            status_text = f"  [{status}]" if status else ""
+            status_text = status_text[: max(0, width - 24)]
+            room = width - len(status_text) - 2
+            tent = tentative if len(tentative) <= room else "…" + tentative[-(room - 1):] if room > 1 else ""
+            line = (self._dim("… " + tent) if tent else "") + (self._dim(status_text) if status_text else "")
+            out.write(line)
+        out.flush()
+
+    def end(self) -> None:
+        if self.color:
+            self.out.write(CLEAR_LINE)
+            self.out.flush()
+
+
+def _status(event: Optional[TokenEvent], live: LiveTranscriber) -> str:
+    """One short line: cache length and size, per-token latency, memory, first-token lag."""
+    stats = live.stats()
+    parts = []
+    if event is not None:
+        parts += [f"cache {event.cache_tokens}/{event.cache_capacity} tok "
+                  f"{event.self_cache_bytes / 1024:.0f} KiB {event.cache_mode}",
+                  f"{event.latency_ms:.0f} ms/tok", f"RSS {event.rss_bytes / 2**20:.0f} MiB"]
+    if stats.first_token_ms_median is not None:
+        parts.append(f"1st tok {stats.first_token_ms_median:.0f} ms")
+    parts.append(f"buf {live.buffer_seconds:.1f}s")
+    return " | ".join(parts)
+
+
+def run_terminal(model, options: Optional[DecodeOptions] = None, device=None,
+                 stream_factory: Optional[Callable] = None, out: TextIO = sys.stdout,
+                 max_seconds: Optional[float] = None, color: Optional[bool] = None,
+                 live_kwargs: Optional[dict] = None) -> str:
+    """Transcribe the microphone in the terminal until Ctrl-C (or `max_seconds`, or the
+    stream ends). Returns, and prints, the full transcript. Raises MicUnavailable."""
+    options = options or DecodeOptions()
+    color = out.isatty() if color is None and hasattr(out, "isatty") else bool(color)
+    mic = MicStream(device, stream_factory)
+    live = LiveTranscriber(model, options, **(live_kwargs or {}))
+    view = _TerminalView(out, color)
+    out.write(f"Listening ({mic.sample_rate} Hz, cache={options.cache}). Speak; Ctrl-C to stop.\n")
+    out.flush()
+    started = time.monotonic()
+    last_event: Optional[TokenEvent] = None
+
+    def feed() -> None:
+        for chunk in mic.drain():
+            live.add_audio(mic.sample_rate, chunk)
+
+    def show_item(item) -> None:
+        nonlocal last_event
+        if isinstance(item, TokenEvent):
+            last_event = item
+            _, tentative = live.preview(item)
+            view.show("", tentative, _status(item, live))
+        else:
+            view.show(item.new_committed, item.tentative, _status(last_event, live))
+
+    mic.start()
+    try:
+        while True:
+            feed()
+            if live.ready():
+                for item in live.updates():
+                    show_item(item)
+                    feed()  # keep the queue short while decoding; audio is buffered
+            elif not mic.active and mic.queue.empty():
+                break  # a finite stream (a test stand-in) has ended
+            else:
+                time.sleep(0.02)
+            if max_seconds is not None and time.monotonic() - started >= max_seconds:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        mic.stop()
+    try:
+        feed()
+        for item in live.finish():
+            show_item(item)
+    except KeyboardInterrupt:  # a second Ctrl-C: skip the final decode
+        pass
+    view.end()
+    transcript = live.committed_text or live.transcript
+    stats = live.stats()
+    out.write("\n--- transcript ---\n" + (transcript or "(nothing heard)") + "\n")
+    if stats.first_token_ms_median is not None:
+        commit = (f", speech -> commit median {stats.commit_s_median:.1f} s"
+                  if stats.commit_s_median is not None else "")
+        out.write(f"({stats.decodes} re-decodes, chunk end -> first token median "
+                  f"{stats.first_token_ms_median:.0f} ms{commit})\n")
+    out.flush()
+    return transcript
+
+
+# ---------------------------------------------------------------------- web UI source
+
+
+class DesktopMicSource:
+    """"This computer's microphone" for the web UI: records through sounddevice on the
+    machine that runs the app and feeds a BackgroundTranscriber (same view as the browser
+    microphone). start() raises MicUnavailable with the message to show."""
+
+    def __init__(self, model, options: Optional[DecodeOptions] = None, device=None,
+                 stream_factory: Optional[Callable] = None, live_kwargs: Optional[dict] = None):
+        self.model = model
+        self.options = options or DecodeOptions()
+        self.device = device
+        self.stream_factory = stream_factory
+        self.live_kwargs = live_kwargs or {}
+        self.worker: Optional[BackgroundTranscriber] = None
+        self._mic: Optional[MicStream] = None
+        self._pump: Optional[threading.Thread] = None
+        self._running = threading.Event()
+
+    @property
+    def live(self) -> Optional[LiveTranscriber]:
+        return self.worker.live if self.worker else None
+
+    @property
+    def recording(self) -> bool:
+        return self._running.is_set()
+
+    def start(self) -> BackgroundTranscriber:
+        if self.recording:
+            return self.worker
+        mic = MicStream(self.device, self.stream_factory)  # MicUnavailable goes to the caller
+        self.worker = BackgroundTranscriber(LiveTranscriber(self.model, self.options, **self.live_kwargs))
+        self._mic = mic
+        self._running.set()
+        mic.start()
+        self._pump = threading.Thread(target=self._pump_loop, name="desktop-mic", daemon=True)
+        self._pump.start()
+        return self.worker
+
+    def _pump_loop(self) -> None:
+        mic, worker = self._mic, self.worker
+        while self._running.is_set():
+            try:
+                chunk = mic.queue.get(timeout=0.1)
+            except queue.Empty:
+                if not mic.active:
+                    break
+                continue
+            worker.feed(mic.sample_rate, chunk)
+        for chunk in mic.drain():
+            worker.feed(mic.sample_rate, chunk)
+
+    def stop(self, timeout: Optional[float] = None) -> Optional[LiveUpdate]:
+        """Stop recording, commit the rest; returns the final LiveUpdate."""
+        if self._mic is None or self.worker is None:
+            return None
+        self._running.clear()
+        self._mic.stop()
+        if self._pump is not None:
+            self._pump.join(timeout=2)
+        for chunk in self._mic.drain():
+            self.worker.feed(self._mic.sample_rate, chunk)
+        return self.worker.finish(timeout)
+
+    def close(self) -> None:
+        self._running.clear()
+        if self._mic is not None:
+            self._mic.stop()
+        if self.worker is not None:
+            self.worker.close()
+
+
+# ---------------------------------------------------------------------- test stand-in
+
+
+class WavInputStream:
+    """Plays samples through sounddevice.InputStream's callback interface, in real time
+    (speed=1) or faster. For tests and demos without a sound card."""
+
+    def __init__(self, samples: np.ndarray, sample_rate: int = SAMPLE_RATE, speed: float = 1.0,
+                 **kwargs):
+        self.samples = np.asarray(samples, dtype=np.float32)
+        self.source_rate = sample_rate
+        self.samplerate = kwargs.get("samplerate") or sample_rate
+        self.blocksize = kwargs.get("blocksize") or int(self.samplerate * BLOCK_SECONDS)
+        self.channels = kwargs.get("channels", 1)
+        self.callback = kwargs["callback"]
+        self.speed = speed
+        self.active = False
+        self._thread: Optional[threading.Thread] = None
+        self._stop = threading.Event()
+        if self.samplerate != sample_rate:
+            import soxr
+            self.samples = soxr.resample(self.samples, sample_rate, self.samplerate).astype(np.float32)
+
+    @classmethod
+    def factory(cls, samples, sample_rate=SAMPLE_RATE, speed=1.0):
+        return lambda **kwargs: cls(samples, sample_rate, speed, **kwargs)
+
+    def start(self):
+        self.active = True
+        self._thread = threading.Thread(target=self._play, daemon=True)
+        self._thread.start()
+
+    def _play(self):
+        n, t0 = self.blocksize, time.monotonic()
+        for i, start in enumerate(range(0, len(self.samples), n)):
+            if self._stop.is_set():
+                break
+            block = self.samples[start:start + n]
+            if len(block) < n:
+                block = np.pad(block, (0, n - len(block)))
+            due = t0 + (i + 1) * n / self.samplerate / self.speed
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            self.callback(np.repeat(block[:, None], self.channels, axis=1), n, None, None)
+        self.active = False
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        self.active = False
+
+    def close(self):
+        self.stop()
