@@ -39,7 +39,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Callable, Deque, Iterator, List, Optional, Tuple, Union
+from typing import Callable, Deque, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -218,7 +218,9 @@ class LiveTranscriber:
                 self._noise_floor = quiet
             else:  # rises slowly, so speech does not lift it
                 self._noise_floor += 0.05 * (quiet - self._noise_floor)
-            threshold = max(self.voice_rms, 3.0 * self._noise_floor)
+            # 3x the floor, but never above -34 dBFS: a stream that starts mid-speech
+            # must not teach the gate that speech is the noise.
+            threshold = max(self.voice_rms, min(3.0 * self._noise_floor, 0.02))
         needed = max(1, min(5, len(frames_rms) // 4))  # 100 ms, less for tiny chunks
         return int(np.count_nonzero(frames_rms > threshold)) >= needed
 
@@ -651,7 +653,7 @@ class BackgroundTranscriber:
     publishes every TokenEvent and LiveUpdate. `finish()` blocks until the rest is committed.
     """
 
-    def __init__(self, live: LiveTranscriber, poll_seconds: float = 0.05):
+    def __init__(self, live: LiveTranscriber, poll_seconds: float = 0.05, history: int = 400):
         self.live = live
         self.poll_seconds = poll_seconds
         self._cond = threading.Condition()
@@ -659,6 +661,9 @@ class BackgroundTranscriber:
         self.update: Optional[LiveUpdate] = None
         self.event: Optional[TokenEvent] = None
         self.preview: Tuple[str, str] = ("", "")
+        # per-token decoder latencies of recent re-decodes, by (cache mode, beams): the chart
+        self.token_latencies: Dict[Tuple[str, int], Deque[float]] = {}
+        self.history = history
         self.error: Optional[BaseException] = None
         self._stop = False
         self._finish_requested = False
@@ -684,6 +689,8 @@ class BackgroundTranscriber:
         with self._cond:
             if isinstance(item, TokenEvent):
                 self.event = item
+                key = (item.cache_mode, item.beam_size)
+                self.token_latencies.setdefault(key, deque(maxlen=self.history)).append(item.latency_ms)
                 self.preview = self.live.preview(item)
             else:
                 self.update = item
@@ -718,6 +725,11 @@ class BackgroundTranscriber:
         with self._cond:
             self._cond.wait_for(lambda: self._version != version or self.done.is_set(), timeout)
             return self._version
+
+    def latency_series(self) -> Dict[Tuple[str, int], List[float]]:
+        """A copy of token_latencies, safe to read while the worker decodes."""
+        with self._cond:
+            return {k: list(v) for k, v in self.token_latencies.items()}
 
     def request_finish(self) -> None:
         with self._cond:
