@@ -248,9 +248,25 @@ def _status(event: Optional[TokenEvent], live: LiveTranscriber) -> str:
 def run_terminal(model, options: Optional[DecodeOptions] = None, device=None,
                  stream_factory: Optional[Callable] = None, out: TextIO = sys.stdout,
                  max_seconds: Optional[float] = None, color: Optional[bool] = None,
-                 live_kwargs: Optional[dict] = None) -> str:
-    """Transcribe the microphone in the terminal until Ctrl-C (or `max_seconds`, or the
-    stream ends). Returns, and prints, the full transcript. Raises MicUnavailable."""
+                 live_kwargs: Optional[dict] = None, err: TextIO = sys.stderr) -> int:
+    """`python app.py --mic`: transcribe the microphone in the terminal until Ctrl-C.
+    Returns an exit status: 0, or 2 after printing why the microphone is unavailable."""
+    try:
+        transcribe_microphone(model, options, device, stream_factory, out, max_seconds, color,
+                              live_kwargs)
+    except MicUnavailable as exc:
+        err.write(f"error: {exc}\n")
+        err.flush()
+        return 2
+    return 0
+
+
+def transcribe_microphone(model, options: Optional[DecodeOptions] = None, device=None,
+                          stream_factory: Optional[Callable] = None, out: TextIO = sys.stdout,
+                          max_seconds: Optional[float] = None, color: Optional[bool] = None,
+                          live_kwargs: Optional[dict] = None) -> str:
+    """The terminal view, until Ctrl-C (or `max_seconds`, or the end of a finite stand-in
+    stream). Returns, and prints, the full transcript. Raises MicUnavailable."""
     options = options or DecodeOptions()
     color = out.isatty() if color is None and hasattr(out, "isatty") else bool(color)
     mic = MicStream(device, stream_factory)
