@@ -43,6 +43,7 @@ APP_CSS = PANEL_CSS + """
 #wk-header p { margin: .15rem 0 0; color: var(--body-text-color-subdued); }
 #model_status p { margin: 0; font-size: .9rem; }
 #transcript textarea { font-size: 1.05rem; line-height: 1.5; }
+.wk-hint p { font-size: .8rem; color: var(--body-text-color-subdued); margin: 0; }
 footer { display: none !important; }
 """
 

@@ -143,12 +143,24 @@ class TranscribeTab:
         )
 
     @staticmethod
-    def _chart(series: dict, previous) -> "panel.pd.DataFrame":
+    def _chart(series: dict, previous, legend: Optional[list] = None):
+        """The chart's next value. Gradio 6.31's LinePlot bakes the colour domain into its
+        Vega spec and rebuilds the spec only when a prop such as colors_in_legend changes;
+        new series names with the same props draw colourless. So when the set of series
+        changes (tracked in `legend`, a per-run list) the update also sets colors_in_legend,
+        which rebuilds the chart with the right colours and legend; otherwise only data."""
         data = {}
         if previous:
             data[previous[0]] = previous[1]
-        data.update(series)
-        return panel.latency_frame(data)
+        data.update({k: v for k, v in series.items() if len(v)})
+        frame = panel.latency_frame(data)
+        if not len(frame):
+            return gr.skip()  # an empty frame would leave the plot colourless (see above)
+        names = [k for k, v in data.items() if len(v)]
+        if legend is not None and names != legend:
+            legend[:] = names
+            return gr.update(value=frame, colors_in_legend=names)
+        return frame
 
     def _run(self, model, samples, options, label: str, chart_series: dict, previous,
              transcript_prefix: str = "", compare_value: str = "") -> Iterator[tuple]:
@@ -156,9 +168,10 @@ class TranscribeTab:
         ("result", DecodeResult, RunStats) for the caller."""
         stats = panel.RunStats()
         throttle = Throttle()
+        legend: list = []
         chart_series[label] = stats.latencies_ms  # the chart reads the live list
         yield (transcript_prefix, panel.panel_html(None, model, status=f"encoding {describe(samples)}…"),
-               self._chart(chart_series, previous), compare_value, gr.skip())
+               self._chart(chart_series, previous, legend), compare_value, gr.skip())
         result: Optional[DecodeResult] = None
         stream = stream_transcribe(model, samples, options)
         try:
@@ -168,7 +181,7 @@ class TranscribeTab:
                     if throttle.due():
                         yield (transcript_prefix + item.transcript,
                                panel.panel_html(item, model, latencies_ms=stats.latencies_ms),
-                               self._chart(chart_series, previous), compare_value, gr.skip())
+                               self._chart(chart_series, previous, legend), compare_value, gr.skip())
                 else:
                     result = item
         except GeneratorExit:
@@ -202,7 +215,7 @@ class TranscribeTab:
             yield out
         final_panel = panel.panel_html(result, model, last_event=stats.last_event,
                                        wall_seconds=stats.wall_seconds)
-        yield (result.text, final_panel, self._chart(series, prev), "", (label, list(result.latencies_ms)))
+        yield (result.text, final_panel, self._chart(series, prev, []), "", (label, list(result.latencies_ms)))
 
     def compare(self, audio, cache_on=True, mode="static", beam=1, language="auto",
                 timestamps=True, model_name=None, previous=None,
@@ -229,7 +242,7 @@ class TranscribeTab:
         final_panel = panel.panel_html(r_off, model, last_event=s_off.last_event,
                                        wall_seconds=s_off.wall_seconds,
                                        status="compare done (panel: the uncached run)")
-        yield (r_on.text, final_panel, self._chart(series, None), panel.compare_html(r_on, r_off),
+        yield (r_on.text, final_panel, self._chart(series, None, []), panel.compare_html(r_on, r_off),
                (panel.series_label(r_on.cache_mode, r_on.beam_size), list(r_on.latencies_ms)))
 
     def load_model(self, model_name, progress=gr.Progress(track_tqdm=True)):
@@ -268,15 +281,16 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
         with gr.Column(scale=5, min_width=340):
             audio = gr.Audio(
                 sources=["upload", "microphone"], type="filepath", elem_id="audio_in",
-                label="Audio: drop a file, or pick the microphone and record",
+                label="Audio", show_label=True,
             )
+            cache_on = gr.Checkbox(value=opts.cache != "off", label="KV cache", elem_id="kv_toggle",
+                                   info="untick: every token recomputes all the tokens before it")
             with gr.Row():
-                cache_on = gr.Checkbox(value=opts.cache != "off", label="KV cache", elem_id="kv_toggle",
-                                       info="off: every token recomputes everything before it")
-            with gr.Row():
-                run_btn = gr.Button("Transcribe", variant="primary", elem_id="run_btn")
-                compare_btn = gr.Button("Compare: cache on vs off", elem_id="compare_btn")
-                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop_btn")
+                run_btn = gr.Button("Transcribe", variant="primary", elem_id="run_btn", scale=2, min_width=90)
+                compare_btn = gr.Button("Compare", elem_id="compare_btn", scale=2, min_width=90)
+                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop_btn", scale=1, min_width=60)
+            gr.Markdown("**Compare** decodes the clip with the cache, then without, and draws both "
+                        "curves. **Stop** cancels a run; its cache is freed.", elem_classes=["wk-hint"])
             with gr.Accordion("Advanced", open=False, elem_id="advanced"):
                 model_dd = gr.Dropdown(choices=model_choices() or [defaults.model], value=defaults.model,
                                        label="Model", elem_id="model_dd",
@@ -306,13 +320,19 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
             panel_box = gr.HTML(panel.panel_html(None, default_model) if default_model is not None else "",
                                 elem_id="cache_panel")
             compare_box = gr.HTML("", elem_id="compare_box")
-            chart = gr.LinePlot(
-                panel.latency_frame({}), x="token", y="latency_ms", color="series",
-                color_map={**panel.chart_colors(), **_previous_colors()},
-                title="Per-token decoder latency", x_title="token position",
-                y_title="latency (ms)", height=300, elem_id="latency_chart",
-                tooltip=["token", "latency_ms", "series"], label="Latency",
-            )
+    # The chart spans the page: token position is the long axis.
+    chart = gr.LinePlot(
+        # None, not an empty frame: a plot first drawn from an empty frame draws
+        # later lines without colour (Gradio 6.31)
+        None, x="token", y="latency_ms", color="series", y_lim=[0, None],
+        color_map={**panel.chart_colors(), **_previous_colors()}, color_title="run",
+        title="Per-token decoder latency", x_title="token position (decoder step)",
+        y_title="latency (ms)", elem_id="latency_chart",
+        tooltip=["token", "latency_ms", "series"], label="Latency",
+        caption="Flat with a cache. Without one, every step reruns all tokens so far and "
+                "projects the audio for cross-attention again, so each token costs more and "
+                "the line climbs as the transcript grows.",
+    )
 
     inputs = [audio, cache_on, mode, beam, language, timestamps, model_dd, previous]
     outputs = [transcript, panel_box, chart, compare_box, previous]
