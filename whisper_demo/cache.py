@@ -12,20 +12,20 @@ cleanup_caching), so its BeamSearchDecoder and logit filters drive ours unchange
                 written in place; cross-attention K/V are computed once per window and shared
                 by all beams. Per-step cost stays flat.
 
-StaticCache and NoCache run the decoder through `DecoderRunner`, a functional forward over
-the model's own weights. It calls no nn.Module, so hooks installed by a concurrent
-HooksCache decode never fire on it: all state of a static or off decode is local to it.
+StaticCache and NoCache run the decoder through runner.DecoderRunner, a functional
+forward over the model's own weights. It calls none of the decoder's key/value modules, so
+hooks installed by a concurrent HooksCache decode never fire on it: all state of a static
+or off decode is local to it.
 """
 
 import threading
-import weakref
-from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from whisper.decoding import Inference, PyTorchInference
 from whisper.model import Whisper
+
+from .runner import decoder_runner
 
 # openai-whisper's hooks are installed on the shared model; while they are, any other
 # forward through the decoder's modules would write into that decode's cache. Everything
@@ -43,111 +43,6 @@ def cross_cache_bytes(model: Whisper, element_size: int) -> int:
     """DESIGN.md: 2 x layers x n_audio_ctx (1500) x d_model x bytes per element, one audio."""
     dims = model.dims
     return 2 * dims.n_text_layer * dims.n_audio_ctx * dims.n_text_state * element_size
-
-
-class DecoderRunner:
-    """The text decoder as plain tensor functions over the model's own parameters.
-
-    It is openai-whisper's TextDecoder.forward, written out so that keys and values go to
-    preallocated buffers instead of through module hooks. Built once per model and shared:
-    it holds weights (views, plus the vocabulary projection laid out for fast matmul), never
-    per-decode state.
-    """
-
-    def __init__(self, model: Whisper):
-        decoder = model.decoder
-        self.n_head = model.dims.n_text_head
-        self.n_layer = model.dims.n_text_layer
-        self.n_ctx = model.dims.n_text_ctx
-        self.d_model = model.dims.n_text_state
-        self.token_embedding = decoder.token_embedding.weight
-        self.positional_embedding = decoder.positional_embedding
-        self.blocks = list(decoder.blocks)
-        self.ln = decoder.ln
-        # The output projection is tied to the embedding ([vocab, d]). `x @ W.T` walks W
-        # column-wise; a contiguous [d, vocab] copy makes this, the largest matmul of a step,
-        # about twice as fast on CPU. Same numbers, different memory layout.
-        self.vocab_projection = self.token_embedding.detach().t().contiguous()
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.token_embedding.dtype
-
-    def _split_heads(self, x: Tensor) -> Tensor:
-        """[batch, ctx, d] -> [batch, heads, ctx, d/heads]"""
-        return x.view(*x.shape[:2], self.n_head, -1).transpose(1, 2)
-
-    def _merge_heads(self, x: Tensor) -> Tensor:
-        return x.transpose(1, 2).flatten(start_dim=2)
-
-    def cross_keys_values(self, audio_features: Tensor):
-        """Project the encoder output once per window: [(K, V)] per layer, head-split."""
-        pairs = []
-        for block in self.blocks:
-            attn = block.cross_attn
-            k = F.linear(audio_features, attn.key.weight)
-            v = F.linear(audio_features, attn.value.weight, attn.value.bias)
-            pairs.append((self._split_heads(k).contiguous(), self._split_heads(v).contiguous()))
-        return pairs
-
-    def forward(self, tokens: Tensor, offset: int, self_kv, cross_kv, logit_positions=None):
-        """Run `tokens` ([beams, n]) placed at positions offset..offset+n-1.
-
-        self_kv: per layer (K, V) buffers [beams, heads, n_ctx, head_dim]; the new keys and
-        values are written at those positions, and attention reads positions 0..offset+n-1.
-        cross_kv: per layer (K, V) [1, heads, n_audio_ctx, head_dim], shared by all beams.
-        Returns float32 logits [beams, n or len(logit_positions), vocab].
-        """
-        n_beams, n_new = tokens.shape
-        end = offset + n_new
-        x = F.embedding(tokens, self.token_embedding) + self.positional_embedding[offset:end]
-        x = x.to(self.dtype)
-
-        for block, (k_cache, v_cache), (k_cross, v_cross) in zip(self.blocks, self_kv, cross_kv):
-            # self-attention: write this step's K/V in place, attend over everything so far
-            attn = block.attn
-            h = block.attn_ln(x)
-            q = self._split_heads(F.linear(h, attn.query.weight, attn.query.bias))
-            k_cache[:, :, offset:end] = self._split_heads(F.linear(h, attn.key.weight))
-            v_cache[:, :, offset:end] = self._split_heads(
-                F.linear(h, attn.value.weight, attn.value.bias)
-            )
-            a = F.scaled_dot_product_attention(
-                q, k_cache[:, :, :end], v_cache[:, :, :end],
-                # a prefill of several tokens is causal; a single new token sees all
-                is_causal=n_new > 1 and offset == 0,
-            )
-            x = x + F.linear(self._merge_heads(a), attn.out.weight, attn.out.bias)
-
-            # cross-attention: every beam reads the same audio K/V. Beams are stacked as
-            # query rows of one batch, so the shared K/V are never copied per beam.
-            cross = block.cross_attn
-            h = block.cross_attn_ln(x)
-            q = F.linear(h, cross.query.weight, cross.query.bias)  # [beams, n, d]
-            q = self._split_heads(q.reshape(1, n_beams * n_new, -1))
-            a = F.scaled_dot_product_attention(q, k_cross, v_cross)
-            a = self._merge_heads(a).reshape(n_beams, n_new, -1)
-            x = x + F.linear(a, cross.out.weight, cross.out.bias)
-
-            x = x + block.mlp[2](F.gelu(block.mlp[0](block.mlp_ln(x))))
-
-        if logit_positions is not None:
-            x = x[:, logit_positions]
-        x = self.ln(x)
-        return (x @ self.vocab_projection.to(x.dtype)).float()
-
-
-_runners: "weakref.WeakKeyDictionary[Whisper, DecoderRunner]" = weakref.WeakKeyDictionary()
-_runners_lock = threading.Lock()
-
-
-def decoder_runner(model: Whisper) -> DecoderRunner:
-    """One DecoderRunner per model, made on first use and shared by every decode."""
-    with _runners_lock:
-        runner = _runners.get(model)
-        if runner is None:
-            runner = _runners[model] = DecoderRunner(model)
-        return runner
 
 
 class CacheStrategy(Inference):
@@ -190,9 +85,9 @@ class CacheStrategy(Inference):
 class StaticCache(CacheStrategy):
     mode = "static"
 
-    def __init__(self, model: Whisper, initial_token_length: int, n_beams: int):
+    def __init__(self, model: Whisper, initial_token_length: int, n_beams: int, precision: str):
         super().__init__(model, initial_token_length)
-        self.runner = decoder_runner(model)
+        self.runner = decoder_runner(model, precision)
         self.n_beams = n_beams
         self.length = 0  # positions filled, per beam
         self.self_kv = None  # allocated at the first call, on the audio's device
@@ -252,9 +147,9 @@ class NoCache(CacheStrategy):
 
     mode = "off"
 
-    def __init__(self, model: Whisper, initial_token_length: int):
+    def __init__(self, model: Whisper, initial_token_length: int, precision: str):
         super().__init__(model, initial_token_length)
-        self.runner = decoder_runner(model)
+        self.runner = decoder_runner(model, precision)
 
     def logits(self, tokens: Tensor, audio_features: Tensor) -> Tensor:
         return self.logits_at(tokens, audio_features, range(tokens.shape[1]))
@@ -322,13 +217,14 @@ class HooksCache(CacheStrategy, PyTorchInference):
         return sum(t.nbytes for m, t in self.kv_cache.items() if m not in self.self_modules)
 
 
-def make_cache(mode: str, model: Whisper, initial_token_length: int, n_beams: int) -> CacheStrategy:
+def make_cache(mode: str, model: Whisper, initial_token_length: int, n_beams: int,
+               precision: str = "exact") -> CacheStrategy:
     if mode == "static":
-        return StaticCache(model, initial_token_length, n_beams)
+        return StaticCache(model, initial_token_length, n_beams, precision)
     if mode == "hooks":
-        return HooksCache(model, initial_token_length)
+        return HooksCache(model, initial_token_length)  # openai-whisper's modules as they are
     if mode == "off":
-        return NoCache(model, initial_token_length)
+        return NoCache(model, initial_token_length, precision)
     raise ValueError(f"unknown cache mode {mode!r}")
 
 

@@ -222,7 +222,7 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
         fp16=audio_features.dtype == torch.float16,
     ))
     n_group = task.n_group
-    cache = make_cache(options.cache, model, len(task.initial_tokens), n_group)
+    cache = make_cache(options.cache, model, len(task.initial_tokens), n_group, options.precision)
     task.inference = cache
     task.decoder.inference = cache  # the beam search decoder reorders the cache through it
     task.decoder.reset()

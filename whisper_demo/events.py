@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 CACHE_MODES = ("static", "hooks", "off")
+PRECISIONS = ("exact", "int8")  # int8: the fast mode, see runner.py
 
 
 @dataclass(frozen=True)
 class DecodeOptions:
     cache: str = "static"  # "static" (ours), "hooks" (openai-whisper's), "off"
     beam_size: int = 1  # 1 = greedy
+    precision: str = "exact"  # "int8": quantized decoder matmuls (static and off modes, CPU)
     language: Optional[str] = None  # None: "en" for .en models, detected otherwise
     task: str = "transcribe"  # or "translate"
     timestamps: bool = True  # needed to seek through audio longer than 30 s
@@ -27,6 +29,10 @@ class DecodeOptions:
     def __post_init__(self):
         if self.cache not in CACHE_MODES:
             raise ValueError(f"cache must be one of {CACHE_MODES}, not {self.cache!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, not {self.precision!r}")
+        if self.precision != "exact" and self.cache == "hooks":
+            raise ValueError("the hooks mode runs openai-whisper's modules as they are: exact precision only")
         if self.beam_size < 1:
             raise ValueError("beam_size must be at least 1")
 
