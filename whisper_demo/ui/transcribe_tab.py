@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
@@ -132,15 +133,14 @@ class TranscribeTab:
             raise gr.Error(str(exc), title="Can't use this audio") from exc
 
     def _options(self, model, cache_on, mode, beam, language, timestamps) -> DecodeOptions:
+        """The page's choices over the app's defaults (any other option, e.g. a newer
+        field, comes from the command line's DecodeOptions unchanged)."""
         lang = None if (not language or language == "auto" or not model.is_multilingual) else language
-        base = self.defaults.options
-        return DecodeOptions(
-            cache=effective_mode(bool(cache_on), mode), beam_size=int(beam or 1), language=lang,
-            timestamps=bool(timestamps), task=base.task,
-            condition_on_previous_text=base.condition_on_previous_text,
-            temperature_fallback=base.temperature_fallback,
-            no_speech_threshold=base.no_speech_threshold, silence_rms=base.silence_rms,
-        )
+        try:
+            return replace(self.defaults.options, cache=effective_mode(bool(cache_on), mode),
+                           beam_size=int(beam or 1), language=lang, timestamps=bool(timestamps))
+        except ValueError as exc:  # a combination DecodeOptions refuses
+            raise gr.Error(str(exc), title="Options not possible") from exc
 
     @staticmethod
     def _chart(series: dict, previous, legend: Optional[list] = None):
