@@ -1,6 +1,5 @@
 """The cached decoder generator, on the real tiny.en model and real speech."""
 
-import re
 import threading
 
 import numpy as np
@@ -12,10 +11,9 @@ from whisper.audio import N_FRAMES, N_SAMPLES
 from whisper_demo.cache import MODULE_FORWARD_LOCK, cross_cache_bytes, hook_count, self_cache_bytes
 from whisper_demo.decode import stream_transcribe, transcribe
 from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
+from whisper_demo.text import words
 
 
-def words(text):
-    return re.sub(r"[^a-z ]", "", text.lower()).split()
 
 
 def run(model, audio, **options):
@@ -191,3 +189,18 @@ def test_prompt_conditions_the_decoder(tiny_model, clip):
     plain, _ = run(tiny_model, clip("short_3s.wav"))
     # the prompt tokens sit in the cache before the first sampled token
     assert events[0].cache_tokens > plain[0].cache_tokens
+
+
+def test_int8_fast_mode_transcribes_the_known_clip(tiny_model, clip, transcripts):
+    from whisper_demo.text import word_error_rate
+
+    events, result = run(tiny_model, clip("jfk.wav"), precision="int8")
+    assert word_error_rate(result.text, transcripts["jfk.wav"]) <= 0.1
+    assert np.all(np.diff([e.cache_tokens for e in events]) == 1)
+
+
+def test_int8_is_refused_where_it_cannot_apply():
+    with pytest.raises(ValueError, match="hooks"):
+        DecodeOptions(cache="hooks", precision="int8")
+    with pytest.raises(ValueError, match="precision"):
+        DecodeOptions(precision="fp8")

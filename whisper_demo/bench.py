@@ -30,6 +30,7 @@ from .audio import load_audio
 from .decode import transcribe
 from .events import DecodeOptions
 from .models import DEFAULT_MODEL, load_model, package_model_paths
+from .text import word_error_rate
 
 DEFAULT_AUDIO = Path(__file__).resolve().parent.parent / "tests" / "data" / "speech_25s.wav"
 
@@ -64,8 +65,8 @@ class Summary:
 
 # --- contenders -------------------------------------------------------------------------
 
-def ours(model, audio, mode: str, beam_size: int) -> Callable[[], Run]:
-    options = DecodeOptions(cache=mode, beam_size=beam_size, timestamps=False,
+def ours(model, audio, mode: str, beam_size: int, precision: str = "exact") -> Callable[[], Run]:
+    options = DecodeOptions(cache=mode, beam_size=beam_size, timestamps=False, precision=precision,
                             no_speech_threshold=1.0, silence_rms=0.0)
 
     def run() -> Run:
@@ -197,6 +198,8 @@ def ratios(summaries: List[Summary]) -> Dict[str, float]:
         if a in by and b in by and getattr(by[b], field):
             out[key] = getattr(by[a], field) / getattr(by[b], field)
     ratio("static / whisper.decode", "static", "whisper.decode")
+    ratio("static int8 / ctranslate2 int8", "static int8", "ctranslate2 int8")
+    ratio("static int8 / whisper.decode", "static int8", "whisper.decode")
     ratio("static / ctranslate2 float32", "static", "ctranslate2 float32")
     ratio("static / ctranslate2 int8", "static", "ctranslate2 int8")
     ratio("cache speedup (off / static)", "off", "static", "decode_ms")
@@ -206,6 +209,18 @@ def ratios(summaries: List[Summary]) -> Dict[str, float]:
     if "off" in by and by["off"].first10_ms:
         out["off rise (last10% / first10%)"] = by["off"].last10_ms / by["off"].first10_ms
     return out
+
+
+def word_error_rates(model, beam_size: int) -> Dict[str, Dict[str, float]]:
+    """Exact and int8 transcripts of every bundled test clip against its reference."""
+    references = json.loads((DEFAULT_AUDIO.parent / "transcripts.json").read_text())
+    precisions = ("exact", "int8") if model.device.type == "cpu" else ("exact",)
+    rates = {}
+    for clip, reference in references.items():
+        audio = load_audio(DEFAULT_AUDIO.parent / clip, max_seconds=None)
+        rates[clip] = {p: word_error_rate(transcribe(model, audio, DecodeOptions(
+            beam_size=beam_size, precision=p)).text, reference) for p in precisions}
+    return rates
 
 
 def plot(summaries: List[Summary], path: Path, title: str):
@@ -252,6 +267,8 @@ def main(argv=None) -> int:
     mel = whisper.pad_or_trim(mel[:, : mel.shape[-1] - N_FRAMES], N_FRAMES)
 
     contenders = {mode: ours(model, audio, mode, args.beam_size) for mode in ("static", "hooks", "off")}
+    if model.device.type == "cpu":
+        contenders["static int8"] = ours(model, audio, "static", args.beam_size, precision="int8")
     if not args.no_peers:
         contenders["whisper.decode"] = openai_decode(model, mel, args.beam_size)
         contenders.update(ctranslate2_contenders(args.model, mel, args.beam_size, args.threads))
@@ -269,11 +286,16 @@ def main(argv=None) -> int:
     for key, value in found.items():
         print(f"{key:<40}{value:6.2f}")
 
+    accuracy = {} if args.quick else word_error_rates(model, args.beam_size)
+    for clip, by_precision in accuracy.items():
+        print(f"WER {clip:<18}" + "  ".join(f"{p} {w:.1%}" for p, w in by_precision.items()))
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {"model": args.model, "audio": args.audio, "beam_size": args.beam_size,
               "repeats": args.repeats, "machine": machine, "date": time.strftime("%Y-%m-%d"),
-              "contenders": [asdict(s) for s in summaries], "ratios": found}
+              "contenders": [asdict(s) for s in summaries], "ratios": found,
+              "word_error_rates": accuracy}
     (out / "bench.json").write_text(json.dumps(report, indent=1))
     plot(summaries, out / "bench.png", f"{args.model}: decoder latency per token position")
     print(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
