@@ -189,9 +189,16 @@ def render(session: Optional["LiveSession"], model, note: str = ""):
 
 
 class LiveTab:
+    """Handlers. Sessions are found by the browser session's hash, not passed through a
+    gr.State: chunk events are queued before the previous one returns, so a State would
+    hand a stale (empty) value to the next chunk, which would then start a second session
+    and split the audio between them."""
+
     def __init__(self, store: ModelStore, defaults: Defaults):
         self.store = store
         self.defaults = defaults
+        self._sessions: dict = {}
+        self._lock = threading.Lock()
 
     def _model(self):
         try:
@@ -206,47 +213,75 @@ class LiveTab:
                              no_speech_threshold=base.no_speech_threshold,
                              silence_rms=base.silence_rms)
 
-    def _session(self, session, cache_on, mode, source="browser") -> LiveSession:
-        if session is None or not session.active or session.source != source:
-            if session is not None:
-                session.close()
-            session = LiveSession(self._model(), self._options(cache_on, mode), source)
-        else:
-            session.set_options(self._options(cache_on, mode))
+    @staticmethod
+    def _key(request) -> str:
+        return getattr(request, "session_hash", None) or "default"
+
+    def session(self, request) -> Optional[LiveSession]:
+        with self._lock:
+            session = self._sessions.get(self._key(request))
+        if session is not None and session not in _SESSIONS:  # reaped while idle
+            return None
+        return session
+
+    def _replace(self, request, make) -> LiveSession:
+        key = self._key(request)
+        with self._lock:
+            old = self._sessions.pop(key, None)
+            if old is not None:
+                old.close()
+            session = make()
+            self._sessions[key] = session
+            self._forget_closed()
+        return session
+
+    def _forget_closed(self) -> None:
+        for key in [k for k, v in self._sessions.items() if v not in _SESSIONS]:
+            del self._sessions[key]
+
+    def _browser_session(self, request, cache_on, mode) -> LiveSession:
+        key = self._key(request)
+        with self._lock:  # concurrent chunks of one stream must find the same session
+            session = self._sessions.get(key)
+            if session is None or session not in _SESSIONS or session.source != "browser" or (
+                    not session.active and session.final is None):
+                session = LiveSession(self._model(), self._options(cache_on, mode), "browser")
+                self._sessions[key] = session
         return session
 
     # --- browser microphone
 
-    def start(self, session, cache_on, mode):
-        """Record pressed: a fresh session (the last one's text stays until audio comes)."""
-        if session is not None:
-            session.close()
-        session = LiveSession(self._model(), self._options(cache_on, mode), "browser")
-        return (session, gr.Timer(active=True)) + render(session, session.model)
+    def start(self, cache_on, mode, request: gr.Request):
+        """Record pressed: a fresh session."""
+        model = self._model()
+        session = self._replace(request, lambda: LiveSession(model, self._options(cache_on, mode), "browser"))
+        return (gr.Timer(active=True),) + render(session, session.model)
 
-    def chunk(self, audio, session, cache_on, mode):
+    def chunk(self, audio, cache_on, mode, request: gr.Request):
         """One streamed chunk: queue it and return at once; the timer redraws."""
-        if session is not None and session.final is not None and session.source == "browser":
-            return session  # a chunk sent after Stop, once the rest was committed
-        session = self._session(session, cache_on, mode)
+        session = self._browser_session(request, cache_on, mode)
+        if session.final is not None:
+            return  # a chunk sent after Stop, once the rest was committed
+        session.set_options(self._options(cache_on, mode))
         if audio is not None:
             sample_rate, data = audio
             try:
                 session.worker.feed(sample_rate, data)
             except AudioError as exc:
                 gr.Warning(str(exc))
-        return session
 
-    def stop(self, session):
+    def stop(self, request: gr.Request):
         """Stop pressed: wait for the chunks still queued, then commit the rest."""
+        session = self.session(request)
         if session is None:
-            return (None, gr.Timer(active=False)) + render(None, self._model())
+            return (gr.Timer(active=False),) + render(None, self._model())
         time.sleep(0.3)  # the browser sends one more chunk after Stop
         session.finish()
         session.rendered_version = -1
-        return (session, gr.Timer(active=False)) + render(session, session.model)
+        return (gr.Timer(active=False),) + render(session, session.model)
 
-    def tick(self, session):
+    def tick(self, request: gr.Request):
+        session = self.session(request)
         if session is None:
             return (gr.skip(),) * 4
         version = session.worker.version
@@ -257,11 +292,9 @@ class LiveTab:
 
     # --- this computer's microphone
 
-    def desktop_start(self, session, cache_on, mode):
+    def desktop_start(self, cache_on, mode, request: gr.Request):
         from .. import mic
 
-        if session is not None:
-            session.close()
         model = self._model()
         options = self._options(cache_on, mode)
         source = mic.DesktopMicSource(model, options)
@@ -270,15 +303,16 @@ class LiveTab:
         except mic.MicUnavailable as exc:
             message = f"This computer's microphone is unavailable: {exc}"
             gr.Warning(message)
-            return (None, gr.Timer(active=False), f"⚠️ {message}") + render(None, model, note=message)
-        session = LiveSession(model, options, "desktop", desktop=source)
-        return (session, gr.Timer(active=True), "🎙️ Recording this computer's microphone…") + render(session, model)
+            return (gr.Timer(active=False), f"⚠️ {message}") + render(None, model, note=message)
+        session = self._replace(request, lambda: LiveSession(model, options, "desktop", desktop=source))
+        return (gr.Timer(active=True), "🎙️ Recording this computer's microphone…") + render(session, model)
 
-    def desktop_stop(self, session):
+    def desktop_stop(self, request: gr.Request):
+        session = self.session(request)
         if session is None or session.desktop is None:
-            return (session, gr.Timer(active=False), "Not recording.") + (gr.skip(),) * 4
+            return (gr.Timer(active=False), "Not recording.") + (gr.skip(),) * 4
         session.finish()
-        return (session, gr.Timer(active=False), "Stopped.") + render(session, session.model)
+        return (gr.Timer(active=False), "Stopped.") + render(session, session.model)
 
 
 def _availability_text() -> str:
@@ -295,8 +329,6 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
     tab = LiveTab(store, defaults)
     _start_reaper(idle_timeout_s)
     model = store.get(defaults.model) if store.is_loaded(defaults.model) else None
-    session = gr.State(None, time_to_live=idle_timeout_s,
-                       delete_callback=lambda s: s.close() if s is not None else None)
     timer = gr.Timer(REFRESH_S, active=False)
 
     gr.Markdown(
@@ -330,22 +362,21 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
                 tooltip=["token", "latency_ms", "series"], label="Latency")
 
     views = [transcript, stats, panel_box, chart]
-    mic_in.start_recording(tab.start, [session, cache_on, mode], [session, timer] + views,
-                           api_name=False, concurrency_limit=None, show_progress="hidden")
-    mic_in.stream(tab.chunk, [mic_in, session, cache_on, mode], [session], stream_every=0.5,
-                  time_limit=None, api_name=False, concurrency_limit=None, show_progress="hidden")
-    mic_in.stop_recording(tab.stop, [session], [session, timer] + views, api_name=False,
-                          concurrency_limit=None, show_progress="hidden")
-    timer.tick(tab.tick, [session], views, api_name=False, concurrency_limit=None,
-               show_progress="hidden")
-    desktop_start.click(tab.desktop_start, [session, cache_on, mode],
-                        [session, timer, desktop_status] + views, api_name=False)
-    desktop_stop.click(tab.desktop_stop, [session], [session, timer, desktop_status] + views,
-                       api_name=False)
+    quiet = dict(api_name=False, show_progress="hidden")
+    mic_in.start_recording(tab.start, [cache_on, mode], [timer] + views, concurrency_limit=None, **quiet)
+    # No concurrency limit: the handler only queues audio. Gradio's frontend drops a chunk
+    # when the previous chunk's event is still pending, so the handler must never wait in
+    # the queue behind anything (a limit of 1 lost half the audio on a busy 2-core box).
+    mic_in.stream(tab.chunk, [mic_in, cache_on, mode], None, stream_every=0.5, time_limit=None,
+                  concurrency_limit=None, **quiet)
+    mic_in.stop_recording(tab.stop, None, [timer] + views, concurrency_limit=None, **quiet)
+    timer.tick(tab.tick, None, views, concurrency_limit=None, **quiet)
+    desktop_start.click(tab.desktop_start, [cache_on, mode], [timer, desktop_status] + views, api_name=False)
+    desktop_stop.click(tab.desktop_stop, None, [timer, desktop_status] + views, api_name=False)
     cache_on.input(lambda on, m: effective_mode(on, m) if on else "off", [cache_on, mode], mode,
                    queue=False, api_name=False)
     mode.input(lambda m: m != "off", mode, cache_on, queue=False, api_name=False)
-    tab.components = dict(mic=mic_in, session=session, timer=timer, transcript=transcript,
+    tab.components = dict(mic=mic_in, timer=timer, transcript=transcript,
                           stats=stats, panel=panel_box, chart=chart, cache_on=cache_on, mode=mode,
                           desktop_status=desktop_status, desktop_start=desktop_start,
                           desktop_stop=desktop_stop)

@@ -1,0 +1,133 @@
+"""The Live tab in a real browser: Chromium plays jfk.wav (11 s) as its fake microphone into
+`gr.Audio(streaming=True)`; committed text must appear while the "speaker" is still talking,
+tentative text is styled differently, and after Stop the committed text matches the file.
+
+Skips only on a machine without /usr/bin/chromium outside CI; with CI=true it fails instead.
+"""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from test_live import word_distance
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
+CHROMIUM = "/usr/bin/chromium"
+FAKE_MIC = DATA / "jfk.wav"
+SPEECH_SECONDS = 11.0
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+if not Path(CHROMIUM).exists():
+    if IN_CI:
+        pytest.fail(f"{CHROMIUM} is missing; CI must install chromium", pytrace=False)
+    pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)", allow_module_level=True)
+if IN_CI:
+    from playwright import sync_api
+else:
+    sync_api = pytest.importorskip("playwright.sync_api")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def live_server():
+    port = _free_port()
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "app.py"), "--model", "tiny.en", "--device", "cpu", "--port", str(port)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, found, url = [], threading.Event(), {}
+
+    def reader():
+        for line in proc.stdout:
+            lines.append(line)
+            m = re.search(r"serving on (http://\S+)", line)
+            if m:
+                url["value"] = m.group(1)
+                found.set()
+
+    threading.Thread(target=reader, daemon=True).start()
+    deadline = time.time() + 240
+    while not found.is_set() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    if not found.is_set():
+        proc.kill()
+        pytest.fail("app.py did not start:\n" + "".join(lines[-40:]))
+    yield url["value"]
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def test_live_tab_commits_while_speaking(live_server, tmp_path, transcripts):
+    assert FAKE_MIC.exists()
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-audio-capture={FAKE_MIC}%noloop",
+        ])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page.goto(live_server)
+            page.wait_for_selector("#audio_in, #live-mic", state="attached", timeout=60_000)
+            page.get_by_role("tab", name="Live").click()
+            page.locator("#live-mic").get_by_role("button", name="Record").click()
+            started = time.monotonic()
+
+            committed_at, tentative_seen, samples = None, False, []
+            while time.monotonic() - started < SPEECH_SECONDS + 3:
+                committed = page.locator("#live-transcript .wk-committed").all_inner_texts()
+                committed = " ".join(committed).strip()
+                if page.locator("#live-transcript .wk-tentative").count():
+                    tentative_seen = True
+                samples.append((round(time.monotonic() - started, 1), committed))
+                if committed and committed_at is None:
+                    committed_at = time.monotonic() - started
+                    page.screenshot(path=str(tmp_path / "live_while_speaking.png"))
+                time.sleep(0.25)
+            # committed text only grows
+            texts = [t for _, t in samples if t]
+            assert all(b.startswith(a) for a, b in zip(texts, texts[1:])), samples
+            page.screenshot(path=str(tmp_path / "live_after_speech.png"))
+            assert committed_at is not None and committed_at < SPEECH_SECONDS, (
+                f"no committed text while the speaker talked: {samples}; page: "
+                f"{page.locator('#live-transcript').inner_text()!r} {page.locator('#live-stats').inner_text()!r}")
+            assert tentative_seen
+
+            page.locator("#live-mic").get_by_role("button", name="Stop").click()
+            page.wait_for_selector('#live-transcript-body[data-state="final"]', timeout=180_000)
+            final = page.locator("#live-transcript .wk-committed").inner_text().strip()
+            page.screenshot(path=str(tmp_path / "live_final.png"))
+            stats = page.locator("#live-stats").inner_text()
+            panel = page.locator("#live-cache-panel").inner_text()
+        finally:
+            browser.close()
+    print(f"\nfirst committed text {committed_at:.1f} s after Record; final: {final!r}\n{stats}")
+    # Chromium runs its own audio processing (noise suppression, AGC) on the fake
+    # microphone: the crowd noise of jfk.wav is gone and tiny.en, even offline on the audio
+    # the server received, hears "And so my fellow American ass is not enough. What's your
+    # country can do for you? ..." (5 words off). The live engine's exactness is tested on
+    # unprocessed audio in test_live.py; here: the sentence is there, and all of it arrived.
+    assert word_distance(final, transcripts["jfk.wav"]) <= 10, final
+    # The first second varies most (the recorder starts while the file already plays):
+    # "And so my fellow Americans" has come out as "Public America". The rest is stable.
+    assert "ask what you can do for your country" in " ".join(re.findall(r"[a-z']+", final.lower())), final
+    heard = float(re.search(r"of ([\d.]+) s heard", stats).group(1))
+    assert heard >= SPEECH_SECONDS - 0.5, stats  # no chunk dropped on the way
+    assert "first token" in stats.lower() and "commit" in stats.lower()
+    assert "cache" in panel.lower()
