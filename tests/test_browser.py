@@ -196,3 +196,29 @@ def test_cache_off_then_compare(page, shots):
     docs = REPO / "docs"
     docs.mkdir(exist_ok=True)
     shutil.copyfile(path, docs / "screenshot.png")
+
+
+def test_example_click_and_stop_in_hooks_mode(page, shots):
+    """Stop goes through Gradio's cancel, which closes the handler's generator: the hooks
+    decode's cleanup must run, or the model lock stays held and the next hooks decode hangs."""
+    page.locator("#advanced").get_by_text("Advanced").first.click()
+    page.locator("#cache_mode").get_by_text("hooks", exact=True).click()
+    page.get_by_text("speech_25s.wav", exact=True).click()
+    page.wait_for_function(
+        """() => { const p = document.querySelector('#cache_panel');
+                   return p?.querySelector('.wk-badge')?.textContent === 'KV cache: hooks'
+                          && p.querySelector('.wk-status')?.textContent === 'decoding…'; }""",
+        timeout=DECODE_TIMEOUT_MS)
+    page.locator("#stop_btn").click()
+    page.wait_for_selector("#cache_panel .wk-status:has-text('stopped')", timeout=10_000)
+    time.sleep(0.5)
+    stopped_at = transcript(page)
+    time.sleep(1.5)
+    assert transcript(page) == stopped_at  # nothing arrives after Stop
+    assert "stopped" in page.locator("#cache_panel .wk-status").inner_text()
+    page.screenshot(path=str(shots / "d_stopped.png"), full_page=True)
+
+    page.get_by_text("short_3s.wav", exact=True).click()
+    wait_transcript(page, "close the door")
+    wait_done(page, "KV cache: hooks")
+    page.screenshot(path=str(shots / "d_stop_then_example.png"), full_page=True)

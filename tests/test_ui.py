@@ -257,3 +257,13 @@ def test_app_command_line(capsys, monkeypatch):
             app_cli.main(bad)
         assert exit_.value.code == 2
     capsys.readouterr()
+
+
+def test_model_switch_handler(app):
+    load = handler(app, "load_model")
+    status, language = load("tiny.en")
+    assert "tiny.en" in status and "English-only" in status
+    assert language["interactive"] is False  # no language choice for an English-only model
+    with pytest.raises(gr.Error) as err:
+        load("no-such-model")
+    assert "no-such-model" in str(err.value.message) and "tiny.en" in str(err.value.message)

@@ -64,8 +64,8 @@ def build_app(store: ModelStore, defaults: Optional[Defaults] = None) -> gr.Bloc
                 gr.Markdown(
                     "# whisper-kv\n"
                     "Whisper transcribes token by token while the panel shows the decoder's "
-                    "KV cache fill and each token's latency. Switch the cache off and watch "
-                    "every token get slower as the transcript grows."
+                    "KV cache fill and what each token costs. Untick **KV cache** and every "
+                    "token pays again for what the cache kept."
                 )
             with gr.Column(scale=2):
                 status = ""

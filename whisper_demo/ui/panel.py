@@ -238,6 +238,17 @@ def _empty_panel(model, status: str = "") -> str:
             f'</div><div class="wk-sub">{html.escape(detail)}</div></div>')
 
 
+def with_status(panel: str, status: str) -> str:
+    """The same panel HTML with its header's status replaced (e.g. "stopped" after Stop),
+    unless the run it shows had finished ("done…")."""
+    import re
+
+    def swap(m):
+        return m.group(0) if m.group(2).startswith("done") else f"{m.group(1)}{html.escape(status)}{m.group(3)}"
+
+    return re.sub(r'(<span class="wk-status">)([^<]*)(</span>)', swap, panel or "", count=1)
+
+
 # ---------------------------------------------------------------------------------------
 # the chart
 

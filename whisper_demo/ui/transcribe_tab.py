@@ -247,16 +247,21 @@ class TranscribeTab:
 
     def load_model(self, model_name, progress=gr.Progress(track_tqdm=True)):
         model = self._model(model_name, progress)
-        return self.model_status(model), self.language_update(model)
+        return self.model_status(model_name or self.defaults.model), self.language_update(model)
 
-    def model_status(self, model=None) -> str:
+    def model_status(self, name: Optional[str] = None) -> str:
         from ..models import model_label
 
-        model = model or self.store.get(self.defaults.model)
-        entry = self.store.get_entry(getattr(model, "name", self.defaults.model))
+        entry = self.store.get_entry(name or self.defaults.model)
+        model = entry.model
         loaded = f" · loaded in {entry.load_seconds:.1f} s" if entry.load_seconds else ""
         kind = "multilingual" if model.is_multilingual else "English-only"
         return f"**{model_label(model)}** · {kind} · {model.device}{loaded}"
+
+    @staticmethod
+    def stopped(panel_html: str) -> str:
+        """After Stop: the panel keeps the last numbers it showed and says the run stopped."""
+        return panel.with_status(panel_html, "stopped: decode cancelled, cache freed")
 
     @staticmethod
     def language_update(model):
@@ -264,8 +269,6 @@ class TranscribeTab:
             return gr.update(interactive=True, info="for multilingual models; auto-detect by default")
         return gr.update(value="auto", interactive=False, info="this model is English-only")
 
-    def stopped(self):
-        gr.Info("Stopped: the decode was cancelled and its cache freed.")
 
 
 def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=None) -> TranscribeTab:
@@ -329,9 +332,10 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
         title="Per-token decoder latency", x_title="token position (decoder step)",
         y_title="latency (ms)", elem_id="latency_chart",
         tooltip=["token", "latency_ms", "series"], label="Latency",
-        caption="Flat with a cache. Without one, every step reruns all tokens so far and "
-                "projects the audio for cross-attention again, so each token costs more and "
-                "the line climbs as the transcript grows.",
+        caption="With a cache each step runs one new token: the line stays flat. Without one, "
+                "every step projects the 1500 audio frames into cross-attention keys/values again "
+                "(a fixed cost per token, the bulk of it for small models) and reruns every token "
+                "so far (a cost that grows with position).",
     )
 
     inputs = [audio, cache_on, mode, beam, language, timestamps, model_dd, previous]
@@ -347,7 +351,12 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
     ]
     if ex is not None and getattr(ex, "load_input_event", None) is not None:
         events.append(ex.load_input_event.then(tab.transcribe, inputs, outputs, api_name=False, **decode_kw))
-    stop_btn.click(tab.stopped, None, None, cancels=events, queue=False, api_name=False)
+    # Stop cancels whichever decode runs; Gradio then closes the handler's generator, whose
+    # finally closes stream_transcribe (cache freed, hooks removed). The panel says so at once.
+    # It is queued (its own group, not "decode") so that its panel update lands after any
+    # update the cancelled decode already had in flight.
+    stop_btn.click(tab.stopped, panel_box, panel_box, cancels=events, api_name=False,
+                   show_progress="hidden")
 
     # The checkbox and the mode radio say the same thing two ways; keep them in step.
     cache_on.input(lambda on, m: effective_mode(on, m) if on else "off", [cache_on, mode], mode,
