@@ -13,7 +13,7 @@ turned into a generator that times every step), the choice of KV cache (cache.py
 
 import time
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Union
 
 import numpy as np
@@ -90,7 +90,6 @@ def stream_transcribe(
     prompt_tokens: List[int] = []
     window = -1
     seek = 0
-    started = time.perf_counter()
 
     while seek < content_frames:
         window += 1
@@ -117,9 +116,9 @@ def stream_transcribe(
                 prompt_tokens = tokenizer.encode(" " + options.prompt.strip())
 
         outcome = None
+        text_before_window = transcript
         for attempt, temperature in enumerate(_temperatures(options)):
             attempt_outcome = WindowOutcome()
-            window_text_before = transcript
             first_of_attempt = True
             decoding = _decode_window(
                 model, audio_features, tokenizer, options, language, temperature,
@@ -127,7 +126,7 @@ def stream_transcribe(
             )
             for token_id, is_timestamp, latency_ms, cache, window_tokens in decoding:
                 new_text = tokenizer.decode([t for t in window_tokens if t < tokenizer.eot])
-                new_transcript = _join(window_text_before, _stable(new_text))
+                new_transcript = text_before_window + _stable(new_text)
                 shown = new_transcript[len(transcript):] if new_transcript.startswith(transcript) else ""
                 transcript = new_transcript
                 rss = _process.memory_info().rss
@@ -150,7 +149,7 @@ def stream_transcribe(
             stats.peak_cross = max(stats.peak_cross, outcome.peak_cross_cache_bytes)
             if not _needs_fallback(outcome, tokenizer, options):
                 break
-            transcript = window_text_before  # the retry replaces this window's text
+            transcript = text_before_window  # the retry replaces this window's text
 
         no_speech_prob = outcome.no_speech_prob
         if outcome.silent:
@@ -162,8 +161,8 @@ def stream_transcribe(
             outcome.tokens, tokenizer, time_offset, segment_size, time_precision, input_stride
         )
         segments.extend(s for s in window_segments if s.text.strip())
-        transcript = _join(window_text_before, tokenizer.decode(
-            [t for t in outcome.tokens if t < tokenizer.eot]))
+        transcript = text_before_window + tokenizer.decode(
+            [t for t in outcome.tokens if t < tokenizer.eot])
         seek += advance
         if options.condition_on_previous_text and temperature < 0.5:
             all_tokens.extend(outcome.tokens)
@@ -342,10 +341,6 @@ def _until_eot(tokens: List[int], tokenizer) -> List[int]:
 def _stable(text: str) -> str:
     """Hold back a trailing partial UTF-8 character until its last byte arrives."""
     return text.rstrip("\ufffd")
-
-
-def _join(before: str, window_text: str) -> str:
-    return before + window_text
 
 
 def _rms(samples: np.ndarray) -> float:
