@@ -198,19 +198,23 @@ def test_cache_off_then_compare(page, shots):
     shutil.copyfile(path, docs / "screenshot.png")
 
 
-def test_example_click_and_stop_in_hooks_mode(page, shots):
+def test_stop_in_hooks_mode_then_an_example(page, shots):
     """Stop goes through Gradio's cancel, which closes the handler's generator: the hooks
     decode's cleanup must run, or the model lock stays held and the next hooks decode hangs."""
     page.locator("#advanced").get_by_text("Advanced").first.click()
     page.locator("#cache_mode").get_by_text("hooks", exact=True).click()
-    page.get_by_text("speech_25s.wav", exact=True).click()
+    # beam 5: a decode long enough (seconds) that Stop lands in the middle of it
+    beam = page.locator("#advanced input[type=number]").first
+    beam.fill("5")
+    beam.press("Enter")
+    upload(page, DATA / "speech_25s.wav")
     page.wait_for_function(
         """() => { const p = document.querySelector('#cache_panel');
-                   return p?.querySelector('.wk-badge')?.textContent === 'KV cache: hooks'
+                   return p?.querySelector('.wk-badge')?.textContent === 'KV cache: hooks, beam 5'
                           && p.querySelector('.wk-status')?.textContent === 'decoding…'; }""",
         timeout=DECODE_TIMEOUT_MS)
     page.locator("#stop_btn").click()
-    page.wait_for_selector("#cache_panel .wk-status:has-text('stopped')", timeout=10_000)
+    page.wait_for_selector("#cache_panel .wk-status:has-text('stopped')", timeout=30_000)
     time.sleep(0.5)
     stopped_at = transcript(page)
     time.sleep(1.5)
@@ -220,5 +224,5 @@ def test_example_click_and_stop_in_hooks_mode(page, shots):
 
     page.get_by_text("short_3s.wav", exact=True).click()
     wait_transcript(page, "close the door")
-    wait_done(page, "KV cache: hooks")
+    wait_done(page, "KV cache: hooks, beam 5")
     page.screenshot(path=str(shots / "d_stop_then_example.png"), full_page=True)

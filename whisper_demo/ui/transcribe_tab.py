@@ -16,10 +16,12 @@ events into page updates (throttled: see Throttle) and its failures into readabl
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import gradio as gr
 from whisper.tokenizer import LANGUAGES
@@ -114,6 +116,29 @@ class TranscribeTab:
     def __init__(self, store: ModelStore, defaults: Defaults):
         self.store = store
         self.defaults = defaults
+        # browser session -> events set when each of its running decodes has closed; Stop
+        # waits on them so that its "stopped" panel is the last update the page receives
+        self._running: Dict[str, Set[threading.Event]] = {}
+        self._running_lock = threading.Lock()
+
+    def _track(self, request) -> Optional[threading.Event]:
+        key = getattr(request, "session_hash", None)
+        if key is None:
+            return None
+        finished = threading.Event()
+        with self._running_lock:
+            self._running.setdefault(key, set()).add(finished)
+        return finished
+
+    def _untrack(self, request, finished: Optional[threading.Event]) -> None:
+        if finished is None:
+            return
+        finished.set()
+        with self._running_lock:
+            events = self._running.get(request.session_hash, set())
+            events.discard(finished)
+            if not events:
+                self._running.pop(request.session_hash, None)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -163,7 +188,7 @@ class TranscribeTab:
         return frame
 
     def _run(self, model, samples, options, label: str, chart_series: dict, previous,
-             transcript_prefix: str = "", compare_value: str = "") -> Iterator[tuple]:
+             transcript_prefix: str = "", compare_value: str = "", request=None) -> Iterator[tuple]:
         """Stream one decode. Yields page tuples; the last thing it yields is
         ("result", DecodeResult, RunStats) for the caller."""
         stats = panel.RunStats()
@@ -173,6 +198,7 @@ class TranscribeTab:
         yield (transcript_prefix, panel.panel_html(None, model, status=f"encoding {describe(samples)}…"),
                self._chart(chart_series, previous, legend), compare_value, gr.skip())
         result: Optional[DecodeResult] = None
+        finished = self._track(request)
         stream = stream_transcribe(model, samples, options)
         try:
             for item in stream:
@@ -193,13 +219,14 @@ class TranscribeTab:
             # Stop (Gradio closes this generator) or an error: closing the decoder frees
             # its cache and, in hooks mode, removes the hooks from the shared model.
             stream.close()
+            self._untrack(request, finished)
         yield ("result", result, stats)
 
     # --- handlers -----------------------------------------------------------------------
 
     def transcribe(self, audio, cache_on=True, mode="static", beam=1, language="auto",
                    timestamps=True, model_name=None, previous=None,
-                   progress=gr.Progress(track_tqdm=True)):
+                   progress=gr.Progress(track_tqdm=True), request: gr.Request = None):
         model = self._model(model_name, progress)
         samples = self._audio(audio)
         options = self._options(model, cache_on, mode, beam, language, timestamps)
@@ -208,18 +235,19 @@ class TranscribeTab:
         if previous:
             prev = (f"previous: {previous[0]}", previous[1])
         series: dict = {}
-        for out in self._run(model, samples, options, label, series, prev):
-            if out[0] == "result":
-                _, result, stats = out
-                break
-            yield out
+        with closing(self._run(model, samples, options, label, series, prev, request=request)) as run:
+            for out in run:
+                if out[0] == "result":
+                    _, result, stats = out
+                    break
+                yield out
         final_panel = panel.panel_html(result, model, last_event=stats.last_event,
                                        wall_seconds=stats.wall_seconds)
         yield (result.text, final_panel, self._chart(series, prev, []), "", (label, list(result.latencies_ms)))
 
     def compare(self, audio, cache_on=True, mode="static", beam=1, language="auto",
                 timestamps=True, model_name=None, previous=None,
-                progress=gr.Progress(track_tqdm=True)):
+                progress=gr.Progress(track_tqdm=True), request: gr.Request = None):
         """The same audio twice: with the chosen cache (static if the switch is off), then
         without. Both curves on one chart, both totals, the speedup, identical-tokens badge."""
         model = self._model(model_name, progress)
@@ -232,11 +260,13 @@ class TranscribeTab:
         for i, options in enumerate((on, off)):
             label = panel.series_label(options.cache, options.beam_size)
             note = waiting if i == 0 else '<div class="wk-sub">Comparing: run 2 of 2, without the cache…</div>'
-            for out in self._run(model, samples, options, label, series, None, compare_value=note):
-                if out[0] == "result":
-                    _, result, stats = out
-                    break
-                yield out
+            with closing(self._run(model, samples, options, label, series, None,
+                                   compare_value=note, request=request)) as run:
+                for out in run:
+                    if out[0] == "result":
+                        _, result, stats = out
+                        break
+                    yield out
             results.append((result, stats))
         (r_on, s_on), (r_off, s_off) = results
         final_panel = panel.panel_html(r_off, model, last_event=s_off.last_event,
@@ -258,9 +288,15 @@ class TranscribeTab:
         kind = "multilingual" if model.is_multilingual else "English-only"
         return f"**{model_label(model)}** · {kind} · {model.device}{loaded}"
 
-    @staticmethod
-    def stopped(panel_html: str) -> str:
-        """After Stop: the panel keeps the last numbers it showed and says the run stopped."""
+    def stopped(self, panel_html: str, request: gr.Request = None) -> str:
+        """After Stop: the panel keeps the last numbers it showed and says the run stopped.
+        Waits (up to 10 s) until this session's decodes have closed, so that no update of
+        the cancelled run can arrive after this one."""
+        key = getattr(request, "session_hash", None)
+        with self._running_lock:
+            pending = list(self._running.get(key, ())) if key else []
+        for finished in pending:
+            finished.wait(10)
         return panel.with_status(panel_html, "stopped: decode cancelled, cache freed")
 
     @staticmethod
@@ -353,10 +389,12 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
         events.append(ex.load_input_event.then(tab.transcribe, inputs, outputs, api_name=False, **decode_kw))
     # Stop cancels whichever decode runs; Gradio then closes the handler's generator, whose
     # finally closes stream_transcribe (cache freed, hooks removed). The panel says so at once.
-    # It is queued (its own group, not "decode") so that its panel update lands after any
-    # update the cancelled decode already had in flight.
-    stop_btn.click(tab.stopped, panel_box, panel_box, cancels=events, api_name=False,
-                   show_progress="hidden")
+    # The cancel must be its own fn=None event: the browser handles one trigger's events in
+    # order and waits for each, so a Python fn on the same click would hold the cancel back
+    # (seen in Gradio 6.31). The note follows with .then, once this session's decode has
+    # closed, so that it is the last panel update the page gets.
+    stop_btn.click(None, None, None, cancels=events, api_name=False).then(
+        tab.stopped, panel_box, panel_box, api_name=False, show_progress="hidden")
 
     # The checkbox and the mode radio say the same thing two ways; keep them in step.
     cache_on.input(lambda on, m: effective_mode(on, m) if on else "off", [cache_on, mode], mode,
