@@ -14,6 +14,7 @@ Everything returned is a plain whisper.model.Whisper in eval mode, with `.name` 
 import hashlib
 import json
 import os
+import pickle
 import sys
 import tempfile
 import threading
@@ -517,6 +518,15 @@ def _load_checkpoint_file(path: Path) -> Whisper:
         raise ModelError(f"No such model file: {path}. Valid names: {', '.join(_all_names())}")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        # weights_only=True refused a Python object (a class, a function call) in the file:
+        # unpickling it could run any code, so whisper-kv never does
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        raise ModelError(
+            f"{path} was refused: it holds Python objects besides tensors, and loading those "
+            f"could run arbitrary code, so whisper-kv loads checkpoints with weights_only=True "
+            f"only. Save just {{'dims': ..., 'model_state_dict': ...}} (tensors, ints, strings). "
+            f"({first})") from None
     except Exception as e:
         raise ModelError(f"{path} is not a readable PyTorch checkpoint ({type(e).__name__}: {e})") from e
     if not (isinstance(checkpoint, dict) and "dims" in checkpoint and "model_state_dict" in checkpoint):
