@@ -12,9 +12,12 @@ measured in one run, side by side.
 """
 
 import argparse
+import atexit
 import json
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -106,7 +109,25 @@ def openai_decode(model, mel, beam_size: int) -> Callable[[], Run]:
     return run
 
 
-def ctranslate2_contenders(model_name: str, mel, beam_size: int, threads: int) -> Dict[str, Callable[[], Run]]:
+def ctranslate2_model_dir(model_name: str) -> str:
+    """The package's model folder; for a model split in parts (base), a temporary folder
+    with the parts joined, since CTranslate2 reads one model.bin."""
+    paths = package_model_paths(model_name)
+    if len(paths) == 1:
+        return str(paths[0].parent)
+    folder = Path(tempfile.mkdtemp(prefix="whisper-kv-ct2-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    with open(folder / "model.bin", "wb") as joined:
+        for part in paths:
+            with open(part, "rb") as piece:
+                shutil.copyfileobj(piece, joined)
+    for extra in paths[0].parent.iterdir():  # config.json, vocabulary, tokenizer
+        if not extra.name.startswith("model.bin"):
+            shutil.copy(extra, folder / extra.name)
+    return str(folder)
+
+
+def ctranslate2_contenders(model, model_name: str, mel, beam_size: int, threads: int) -> Dict[str, Callable[[], Run]]:
     """CTranslate2 (faster-whisper's engine) on the very same bundled model.bin."""
     try:
         import ctranslate2
@@ -114,16 +135,12 @@ def ctranslate2_contenders(model_name: str, mel, beam_size: int, threads: int) -
         print("ctranslate2 not installed: skipping it (pip install -r requirements-bench.txt)")
         return {}
     try:
-        paths = package_model_paths(model_name)
+        model_dir = ctranslate2_model_dir(model_name)
     except Exception as error:  # a model name with no bundled model.bin
         print(f"ctranslate2: no bundled model.bin for {model_name} ({error}); skipping it")
         return {}
-    if len(paths) != 1:
-        print(f"ctranslate2: {model_name} is split in {len(paths)} parts; CTranslate2 needs one "
-              "model.bin, skipping it")
-        return {}
-    model_dir = str(paths[0].parent)
-    tokenizer = whisper.tokenizer.get_tokenizer(model_name.endswith(".en") is False)
+    tokenizer = whisper.tokenizer.get_tokenizer(
+        model.is_multilingual, num_languages=model.num_languages, language="en")
     prompt = list(tokenizer.sot_sequence_including_notimestamps)
     features = ctranslate2.StorageView.from_array(mel.unsqueeze(0).numpy())
     contenders = {}
@@ -271,7 +288,7 @@ def main(argv=None) -> int:
         contenders["static int8"] = ours(model, audio, "static", args.beam_size, precision="int8")
     if not args.no_peers:
         contenders["whisper.decode"] = openai_decode(model, mel, args.beam_size)
-        contenders.update(ctranslate2_contenders(args.model, mel, args.beam_size, args.threads))
+        contenders.update(ctranslate2_contenders(model, args.model, mel, args.beam_size, args.threads))
 
     with torch.inference_mode():
         runs = measure(contenders, args.repeats)
