@@ -245,18 +245,19 @@ def plot(summaries: List[Summary], path: Path, title: str):
     matplotlib.use("Agg")  # no screen needed
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
-    for s in summaries:
+    fig, ax = plt.subplots(figsize=(10, 4.5), dpi=110)
+    for i, s in enumerate(summaries):
         if s.curve_ms:
-            ax.plot(range(len(s.curve_ms)), s.curve_ms, label=s.name, linewidth=1.6)
+            ax.plot(range(len(s.curve_ms)), s.curve_ms, label=s.name, linewidth=1.6, color=f"C{i}")
         else:  # engines that don't expose per-step times: their mean, dashed
-            ax.axhline(s.ms_per_token, linestyle="--", linewidth=1.2, label=f"{s.name} (mean)")
+            ax.axhline(s.ms_per_token, linestyle="--", linewidth=1.2, color=f"C{i}",
+                       label=f"{s.name} (mean)")
     ax.set_xlabel("token position")
     ax.set_ylabel("ms per token")
     ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
