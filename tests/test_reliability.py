@@ -195,6 +195,13 @@ def test_server_serves_no_file_it_was_not_given(server):
         r = httpx.get(server["url"] + path, timeout=10)
         assert r.status_code in (403, 404), (path, r.status_code)
         assert b"root:" not in r.content
+    # the control: a file the user did upload is served back (so the refusals above are
+    # the access rule at work, not a route that does not exist)
+    up = httpx.post(server["url"] + "/gradio_api/upload",
+                    files={"files": ("mine.wav", SHORT.read_bytes(), "audio/wav")}, timeout=30)
+    assert up.status_code == 200, up.text
+    served = httpx.get(server["url"] + "/gradio_api/file=" + up.json()[0], timeout=10)
+    assert served.status_code == 200 and served.content == SHORT.read_bytes()
 
 
 class _Exploit:
@@ -373,6 +380,7 @@ def test_cancellations_and_completed_decodes_leak_no_hooks_and_little_memory(tin
     assert hook_count(tiny_model) == 0
     assert not MODULE_FORWARD_LOCK.locked()
     assert threading.active_count() <= threads
+    print(f"RSS growth over 200 decodes + 100 cancellations: {growth / 2**20:.1f} MiB")
     assert growth < 50 * 2**20, f"RSS grew by {growth / 2**20:.1f} MiB over 300 decodes"
 
 
