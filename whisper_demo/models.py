@@ -519,14 +519,21 @@ def _load_checkpoint_file(path: Path) -> Whisper:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        # weights_only=True refused a Python object (a class, a function call) in the file:
-        # unpickling it could run any code, so whisper-kv never does
-        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-        raise ModelError(
-            f"{path} was refused: it holds Python objects besides tensors, and loading those "
-            f"could run arbitrary code, so whisper-kv loads checkpoints with weights_only=True "
-            f"only. Save just {{'dims': ..., 'model_state_dict': ...}} (tensors, ints, strings). "
-            f"({first})") from None
+        # torch's text suggests retrying with weights_only=False: never show that advice;
+        # keep only the line that says what was found
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        found = next((ln for ln in lines if "GLOBAL" in ln), None)
+        if found is not None:
+            # a Python object (a class, a function call) in the file: unpickling it could run
+            # any code, so whisper-kv never does
+            raise ModelError(
+                f"{path} was refused: it holds Python objects besides tensors, and loading those "
+                f"could run arbitrary code, so whisper-kv loads checkpoints with weights_only=True "
+                f"only. Save just {{'dims': ..., 'model_state_dict': ...}} (tensors, numbers, "
+                f"strings). ({found})") from None
+        detail = next((ln for ln in reversed(lines) if not ln.startswith(("Check the doc", "Please file"))),
+                      type(e).__name__)
+        raise ModelError(f"{path} is not a readable PyTorch checkpoint ({detail[:300]})") from None
     except Exception as e:
         raise ModelError(f"{path} is not a readable PyTorch checkpoint ({type(e).__name__}: {e})") from e
     if not (isinstance(checkpoint, dict) and "dims" in checkpoint and "model_state_dict" in checkpoint):
