@@ -515,3 +515,17 @@ def test_two_processes_build_the_cache_at_once(tmp_path, monkeypatch):
     spec = models._PACKAGE_MODELS["tiny.en"]
     assert models._cache_file(spec) == cache / files[0]
     assert models._load_cache(cache / files[0], spec, progress=False) is not None
+
+
+def test_api_caller_with_a_bad_file_gets_the_message_and_the_server_keeps_serving(server, tmp_path):
+    from gradio_client import Client, handle_file
+
+    fake = tmp_path / "notes.wav"
+    fake.write_text("this is not audio\n" * 50)
+    client = Client(server["url"] + "/", verbose=False)
+    args = (True, "static", 1, "auto", True, "tiny.en")
+    with pytest.raises(Exception) as err:
+        client.predict(handle_file(str(fake)), *args, api_name="/transcribe")
+    assert "could not read" in str(err.value) and "notes.wav" in str(err.value)
+    text, *_ = client.predict(handle_file(str(SHORT)), *args, api_name="/transcribe")
+    assert "close the door" in text.lower()

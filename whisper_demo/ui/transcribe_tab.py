@@ -11,6 +11,17 @@ Python callable that tests can call directly:
 
 The decode itself is whisper_demo.decode.stream_transcribe; this module only turns its
 events into page updates (throttled: see Throttle) and its failures into readable messages.
+
+Scripts can call the same handlers through Gradio's API (named endpoints /transcribe and
+/compare; they wait in the same queue as the page's users):
+
+    from gradio_client import Client, handle_file
+    client = Client("http://127.0.0.1:7860/")
+    text, panel_html, *_ = client.predict(handle_file("talk.wav"), True, "static", 1, "auto",
+                                          True, "tiny.en", api_name="/transcribe")
+    # inputs: audio, cache on, mode (static|hooks|off), beam, language, timestamps, model;
+    # panel_html holds the run's numbers ("N decoder steps", cache bytes, latencies).
+    # Bad audio raises gradio_client's AppError with the same message the page shows.
 """
 
 from __future__ import annotations
