@@ -73,9 +73,7 @@ def stream_transcribe(
     audio = np.ascontiguousarray(audio, dtype=np.float32)
     dtype = torch.float16 if model.decoder.token_embedding.weight.dtype == torch.float16 else torch.float32
 
-    with torch.inference_mode():
-        mel = log_mel_spectrogram(torch.from_numpy(audio), model.dims.n_mels, padding=N_SAMPLES)
-    content_frames = mel.shape[-1] - N_FRAMES
+    content_frames = len(audio) // HOP_LENGTH
     input_stride = N_FRAMES // model.dims.n_audio_ctx  # mel frames per timestamp step: 2
     time_precision = input_stride * HOP_LENGTH / SAMPLE_RATE  # 0.02 s
 
@@ -100,11 +98,11 @@ def stream_transcribe(
             # Digital silence: Whisper would only invent text here, so don't ask it.
             stats.skipped_windows += 1
             seek += segment_size
+            all_tokens.clear()
             continue
 
-        mel_window = pad_or_trim(mel[:, seek : seek + segment_size], N_FRAMES)
-        mel_window = mel_window.to(model.device, dtype).unsqueeze(0)
-        audio_features = _encode(model, mel_window, stats)
+        mel_window = _window_mel(audio, seek, segment_size, model.dims.n_mels)
+        audio_features = _encode(model, mel_window.to(model.device, dtype).unsqueeze(0), stats)
 
         if tokenizer is None:
             language = language or _detect_language(model, audio_features)
@@ -155,6 +153,7 @@ def stream_transcribe(
         if outcome.silent:
             stats.skipped_windows += 1
             seek += segment_size
+            all_tokens.clear()  # text from before a silence would prompt invented text after it
             continue
 
         window_segments, advance = split_segments(
@@ -303,6 +302,18 @@ def split_segments(tokens, tokenizer, time_offset, segment_size, time_precision,
     if single_timestamp_ending:
         return segments, segment_size
     return segments, (tokens[last - 1].item() - tokenizer.timestamp_begin) * input_stride
+
+
+def _window_mel(audio: np.ndarray, seek: int, segment_size: int, n_mels: int) -> torch.Tensor:
+    """The log-mel of one 30 s window, [n_mels, N_FRAMES], computed from that window's audio
+    only, so that memory does not grow with the length of the file (openai-whisper's
+    transcribe computes the whole file's log-mel first: ~1.5 GB of STFT per hour). For
+    audio up to 30 s this is exactly transcribe's mel."""
+    start = seek * HOP_LENGTH
+    samples = torch.from_numpy(audio[start : start + N_SAMPLES])
+    with torch.inference_mode():
+        mel = log_mel_spectrogram(samples, n_mels, padding=N_SAMPLES)
+    return pad_or_trim(mel[:, :segment_size], N_FRAMES)
 
 
 def _encode(model, mel_window, stats: _Stats):
