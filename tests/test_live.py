@@ -325,3 +325,72 @@ def test_add_audio_is_thread_safe_and_idle_clock(scripted):
     assert live.idle_seconds() == pytest.approx(60.0)
     live.add_audio(SR, np.zeros(10, np.float32))
     assert live.idle_seconds() == 0.0
+
+
+def test_audio_lost_when_received_audio_falls_behind_the_clock():
+    """Chunks late but complete: nothing lost; a missing chunk: its length shows as lost."""
+    now = [100.0]
+    live = LiveTranscriber(None, DecodeOptions(), clock=lambda: now[0])
+    chunk = np.zeros(SR // 2, dtype=np.float32)
+    for t in (0.0, 0.5, 1.2, 1.3, 2.0):  # jittery, bunched: all 5 chunks there
+        now[0] = 100.0 + t
+        live.add_samples(chunk)
+    assert live.stats().lost_seconds == 0.0
+    now[0] = 100.0 + 4.0  # 2.0 s of wall clock, one 0.5 s chunk: 1.5 s never arrived
+    live.add_samples(chunk)
+    assert live.stats().lost_seconds == pytest.approx(1.5)
+
+
+def test_decode_thread_runs_at_lower_priority():
+    import os
+
+    if not hasattr(os, "setpriority"):
+        pytest.skip("no per-thread priorities here")
+    seen = {}
+
+    def probe():
+        live_mod._lower_thread_priority()
+        seen["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    assert seen["nice"] >= min(19, live_mod.DECODE_NICENESS)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < seen["nice"]  # only that thread
+
+
+def test_every_streamed_chunk_reaches_the_session(tmp_path):
+    """Gradio keeps only the latest chunk of a stream (`event.data = body`); the Live tab's
+    tap must see every one, in order, and read only files from Gradio's upload folder."""
+    import types
+    from pathlib import Path
+
+    import soundfile as sf
+    from gradio import queueing
+    from gradio import utils as gr_utils
+
+    from whisper_demo.ui import live_tab
+
+    tab = live_tab.LiveTab(store=None, defaults=None)
+    assert live_tab._install_chunk_tap(), "this Gradio's Event changed: the tap cannot see chunks"
+    fn = types.SimpleNamespace(fn=tab.chunk, concurrency_id="live", connection="stream")
+    event = queueing.Event("sess", fn, request=None, username=None)
+    upload = Path(gr_utils.get_upload_folder()) / "test_live_tap"
+    upload.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(5):
+        path = upload / f"chunk{i}.wav"
+        sf.write(path, np.full(4800, (i + 1) * 1000, dtype=np.int16), 48000, subtype="PCM_16")
+        paths.append(path)
+    outside = tmp_path / "outside.wav"
+    sf.write(outside, np.zeros(4800, dtype=np.int16), 48000, subtype="PCM_16")
+    for path in paths[:3] + [outside] + paths[3:]:  # back to back: Gradio overwrites
+        event.data = types.SimpleNamespace(data=[{"path": str(path)}, True, "static"])
+    assert event.data.data[0]["path"] == str(paths[-1])  # Gradio's own view is unchanged
+
+    fed = []
+    session = types.SimpleNamespace(worker=types.SimpleNamespace(
+        feed=lambda sr, data: fed.append((sr, int(np.asarray(data).reshape(-1)[0])))))
+    assert tab._feed_inbox("sess", session) == 5
+    assert fed == [(48000, (i + 1) * 1000) for i in range(5)]  # all, in order, not outside.wav
+    assert tab._feed_inbox("sess", session) == 0

@@ -34,6 +34,7 @@ No UI imports here: ui/live_tab.py and mic.py drive this module.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -74,6 +75,9 @@ class LiveStats:
     last_decode_ms: Optional[float]  # wall time of the last re-decode, encoder included
     audio_seconds: float  # received so far
     dropped_seconds: float  # discarded because nobody consumed the audio (backlog cap)
+    # how far the received audio is behind the wall clock since the first chunk, less the
+    # length of one chunk: audio that never reached us (e.g. chunks dropped on the way)
+    lost_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,10 @@ class LiveTranscriber:
         self._last_voice_end = -1  # stream sample where the last voiced chunk ended
         self._noise_floor: Optional[float] = None
         self._dropped = 0
+        self._first_arrival: Optional[float] = None  # wall time of the first chunk
+        self._first_chunk = 0  # its length in samples
+        self._max_chunk = 0  # longest chunk, in samples
+        self._behind = 0.0  # wall seconds since the first chunk minus audio seconds after it
 
         self._buffer = np.zeros(0, dtype=np.float32)
         self._offset = 0  # stream sample of buffer[0]
@@ -194,6 +202,11 @@ class LiveTranscriber:
             self._pending_samples += samples.size
             self._received += samples.size
             self._arrivals.append((self._received, arrived))
+            if self._first_arrival is None:
+                self._first_arrival, self._first_chunk = arrived, samples.size
+            self._max_chunk = max(self._max_chunk, samples.size)
+            self._behind = (arrived - self._first_arrival) - (
+                self._received - self._first_chunk) / SAMPLE_RATE
             if voiced:
                 self._last_voice_end = self._received
             # Nobody is consuming (a stalled UI): keep memory bounded, oldest audio first.
@@ -261,6 +274,15 @@ class LiveTranscriber:
     def idle_seconds(self) -> float:
         return self.clock() - self.last_activity
 
+    @property
+    def lost_seconds(self) -> float:
+        """Audio that should have arrived by the newest chunk's arrival and did not: the
+        wall time since the first chunk minus the audio received after it, once that gap
+        exceeds one chunk (late, bunched chunks stay within it; lost ones do not)."""
+        with self._lock:
+            slack = self._max_chunk / SAMPLE_RATE
+            return self._behind if self._behind > slack else 0.0
+
     def stats(self) -> LiveStats:
         def pct(values, q):
             return float(np.percentile(np.asarray(values), q)) if values else None
@@ -272,6 +294,7 @@ class LiveTranscriber:
             commit_s_median=pct(cs, 50), commit_s_p95=pct(cs, 95),
             last_first_token_ms=self._last_first_token_ms, last_decode_ms=self._last_decode_ms,
             audio_seconds=self.audio_seconds, dropped_seconds=self._dropped / SAMPLE_RATE,
+            lost_seconds=self.lost_seconds,
         )
 
     def latencies(self) -> Tuple[List[float], List[float]]:
@@ -645,6 +668,24 @@ def _align(committed: List[str], hypothesis: List[str]) -> Tuple[int, int]:
 # ---------------------------------------------------------------------- background worker
 
 
+DECODE_NICENESS = 5
+
+
+def _lower_thread_priority(niceness: int = DECODE_NICENESS) -> None:
+    """Make the calling thread yield the CPU: on Linux a thread is a task with its own nice
+    value, so the decode thread runs at a lower priority than the web server's event loop
+    and handlers (which must receive every audio chunk in time) on a busy machine. Torch
+    ops release the GIL, so only the CPU is contended. Threads this one starts inherit it."""
+    if not hasattr(os, "setpriority") or not hasattr(threading, "get_native_id"):
+        return
+    try:
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, max(current, niceness)))
+    except OSError:  # not permitted, or not Linux semantics: run at normal priority
+        pass
+
+
 class BackgroundTranscriber:
     """A LiveTranscriber driven by its own thread: `feed()` never waits for a decode.
 
@@ -699,6 +740,7 @@ class BackgroundTranscriber:
             self._cond.notify_all()
 
     def _run(self) -> None:
+        _lower_thread_priority()
         try:
             while True:
                 with self._cond:

@@ -15,11 +15,13 @@ thread (and by the State's time_to_live), so an abandoned tab frees its thread a
 
 from __future__ import annotations
 
+import collections
 import html
 import logging
 import threading
 import time
 import weakref
+from pathlib import Path
 from typing import Optional
 
 import gradio as gr
@@ -54,6 +56,8 @@ class LiveSession:
         self.worker = desktop.worker if desktop is not None else BackgroundTranscriber(
             LiveTranscriber(model, options))
         self.rendered_version = -1
+        self.sent_html: list = [None, None, None]  # transcript, stats, panel as last sent
+        self.chart_key = None  # (decodes, final) of the chart last sent
         self.final: Optional[LiveUpdate] = None
         self.created = time.monotonic()
         _SESSIONS.add(self)
@@ -149,7 +153,9 @@ def stats_html(live: LiveTranscriber, update: Optional[LiveUpdate]) -> str:
          f"median · p95 {ms(s.first_token_ms_p95)} · last {ms(s.last_first_token_ms)}"),
         ("Speech → commit", sec(s.commit_s_median), f"median · p95 {sec(s.commit_s_p95)}"),
         ("Buffer", f"{live.buffer_seconds:.1f} s",
-         f"of {s.audio_seconds:.1f} s heard · trimmed at committed segments"),
+         f"of {s.audio_seconds:.1f} s heard · trimmed at committed segments"
+         + (f" · audio lost {s.lost_seconds:.1f} s (arrived slower than real time)"
+            if s.lost_seconds > 0 else "")),
         ("Re-decodes", str(s.decodes),
          f"{s.skipped} skipped (no new speech)" + (f" · last {ms(s.last_decode_ms)}" if s.last_decode_ms else "")),
     ]
@@ -160,8 +166,9 @@ def stats_html(live: LiveTranscriber, update: Optional[LiveUpdate]) -> str:
     return f'<div class="wk-panel"><div class="wk-grid">{cells}</div></div>'
 
 
-def render(session: Optional["LiveSession"], model, note: str = ""):
-    """(transcript, stats, panel, chart) for the current state of a session."""
+def render(session: Optional["LiveSession"], model, note: str = "", chart: bool = True):
+    """(transcript, stats, panel, chart) for the current state of a session; the chart is
+    gr.skip() when `chart` is False (building and drawing it is the costly part)."""
     if session is None:
         return (transcript_html("", "", note=note), "", panel.panel_html(None, model, status=note), None)
     worker = session.worker
@@ -180,9 +187,109 @@ def render(session: Optional["LiveSession"], model, note: str = ""):
         latencies = series.get(panel.series_label(event.cache_mode, event.beam_size), [event.latency_ms])
         status = note or ("done" if final else f"re-decode #{live.stats().decodes} · buffer {live.buffer_seconds:.1f} s")
         panel_box = panel.panel_html(event, session.model, latencies_ms=latencies, status=status)
-    frame = panel.latency_frame(series)
+    if chart:
+        frame = panel.latency_frame(series)
+        chart_value = frame if len(frame) else None
+    else:
+        chart_value = gr.skip()
     return (transcript_html(committed, tentative, final=final is not None, note=note),
-            stats_html(live, update), panel_box, frame if len(frame) else None)
+            stats_html(live, update), panel_box, chart_value)
+
+
+def changed_only(session: "LiveSession", outputs, chart_key) -> tuple:
+    """outputs with gr.skip() for what the browser already shows: during a decode the
+    version moves with every token, and re-sending unchanged HTML (and re-drawing the
+    chart) made the browser and the server compete with the decoder on a small machine."""
+    result = []
+    for i, value in enumerate(outputs[:3]):
+        if value == session.sent_html[i]:
+            result.append(gr.skip())
+        else:
+            session.sent_html[i] = value
+            result.append(value)
+    session.chart_key = chart_key
+    return tuple(result) + (outputs[3],)
+
+
+def _sent(session: "LiveSession", outputs) -> tuple:
+    """A full render about to be sent: remember it for changed_only."""
+    session.sent_html = list(outputs[:3])
+    session.chart_key = _chart_key(session)
+    return tuple(outputs)
+
+
+def _chart_key(session: "LiveSession"):
+    return (session.live.stats().decodes, session.final is not None, session.worker.error is not None)
+
+
+# ---------------------------------------------------------------------------- chunk tap
+#
+# Why: Gradio 6.31's streaming microphone sends a chunk every 0.1 s (the audio component
+# sets `stream_every=.1` in the browser whatever `.stream(stream_every=...)` says), each as
+# POST /stream/{event_id}, and that route only does `event.data = body; event.signal.set()`:
+# the stream's queue loop then calls the handler once with whatever `event.data` holds.
+# Every chunk that arrives while the previous call is still on its way through the queue
+# loop and the thread pool is overwritten, silently. On a busy 2-core machine (decode
+# thread + Chromium + server) that lost half the audio. The tap keeps every chunk: it
+# records each body the moment Gradio stores it (on the event loop, no work done there),
+# and the handler then feeds all of them, in order.
+
+_TAPPED: "weakref.WeakSet[LiveTab]" = weakref.WeakSet()
+_TAP_INSTALLED = False
+
+
+def _install_chunk_tap() -> bool:
+    """Make `Event.data` a property whose setter also hands stream chunks of a LiveTab's
+    chunk handler to that tab. Returns False (and the handler falls back to the latest
+    chunk only) when this Gradio does not look like the one this was written for."""
+    global _TAP_INSTALLED
+    if _TAP_INSTALLED:
+        return True
+    try:
+        from gradio import queueing
+        event_cls = queueing.Event
+    except Exception:  # pragma: no cover - another Gradio
+        return False
+    if "data" in vars(event_cls) or not hasattr(event_cls, "streaming"):
+        return False
+
+    def get_data(self):
+        return self.__dict__.get("data")
+
+    def set_data(self, value):
+        self.__dict__["data"] = value
+        if value is None:
+            return
+        try:
+            handler = getattr(self.fn, "fn", None)
+            tab = getattr(handler, "__self__", None)
+            if isinstance(tab, LiveTab) and getattr(handler, "__func__", None) is LiveTab.chunk:
+                tab._tap(self.session_hash, value)
+        except Exception:  # never break Gradio's own bookkeeping
+            log.exception("live chunk tap failed")
+
+    event_cls.data = property(get_data, set_data)
+    _TAP_INSTALLED = True
+    return True
+
+
+def _chunk_path(payload) -> Optional[str]:
+    """The uploaded file of an audio payload, only if it lies in Gradio's upload folder
+    (what Gradio's own preprocessing checks: a client cannot make us read other files)."""
+    if isinstance(payload, dict):
+        path = payload.get("path")
+    else:
+        path = getattr(payload, "path", None)
+    if not path:
+        return None
+    from gradio import utils as gr_utils
+
+    folder = Path(gr_utils.get_upload_folder()).resolve()
+    resolved = Path(path).resolve()
+    if resolved != folder and folder not in resolved.parents:
+        log.warning("ignoring a live chunk outside the upload folder: %s", path)
+        return None
+    return str(resolved)
 
 
 # ---------------------------------------------------------------------------- the tab
@@ -199,6 +306,12 @@ class LiveTab:
         self.defaults = defaults
         self._sessions: dict = {}
         self._lock = threading.Lock()
+        # every streamed chunk, by browser session, until the handler feeds it (see _tap)
+        self._inbox: dict = collections.defaultdict(collections.deque)
+        self._inbox_lock = threading.Lock()
+        self._feed_lock = threading.Lock()  # one feeder at a time: chunks stay in order
+        self.tapping = False
+        self.mic = None  # the gr.Audio, set by build_live_tab
 
     def _model(self):
         try:
@@ -254,16 +367,87 @@ class LiveTab:
     def start(self, cache_on, mode, request: gr.Request):
         """Record pressed: a fresh session."""
         model = self._model()
+        current = self.session(request)
+        if (current is not None and current.source == "browser" and current.active
+                and time.monotonic() - current.created < 5.0):
+            # the first chunks of this recording beat this event to the server and
+            # already started its session: keep it (replacing it would lose them)
+            current.set_options(self._options(cache_on, mode))
+            return (gr.Timer(active=True),) + _sent(current, render(current, current.model))
         session = self._replace(request, lambda: LiveSession(model, self._options(cache_on, mode), "browser"))
-        return (gr.Timer(active=True),) + render(session, session.model)
+        return (gr.Timer(active=True),) + _sent(session, render(session, session.model))
+
+    def _tap(self, session_hash, body) -> None:
+        """Called by Gradio's event (on the event loop) for every chunk body it receives.
+        Feeds it at once when its session exists and no handler is feeding (reading a
+        0.1 s wav and resampling it takes about a millisecond), so the decoder gets the
+        audio when it arrives rather than when Gradio's queue loop gets round to calling
+        the handler; otherwise the handler feeds it. Never waits for a lock here."""
+        data = getattr(body, "data", None)
+        if not data:
+            return
+        key = session_hash or "default"
+        with self._inbox_lock:
+            self._inbox[key].append(data[0])
+        if not self._lock.acquire(blocking=False):
+            return  # a session is being created (maybe loading the model): the handler feeds
+        try:
+            session = self._sessions.get(key)  # never creates one here
+        finally:
+            self._lock.release()
+        if (session is not None and session.source == "browser" and session.final is None
+                and session in _SESSIONS):
+            self._feed_inbox(key, session, wait=False)
+
+    def _feed_inbox(self, key: str, session: LiveSession, wait: bool = True) -> int:
+        """Feed every tapped chunk of this browser session, oldest first. With wait=False,
+        leaves them to whoever is feeding already."""
+        fed = 0
+        while True:
+            if not self._feed_lock.acquire(blocking=wait):
+                return fed
+            try:
+                fed += self._drain(key, session)
+            finally:
+                self._feed_lock.release()
+            with self._inbox_lock:  # one tapped while we released the lock: take it too
+                if not self._inbox.get(key):
+                    return fed
+
+    def _drain(self, key: str, session: LiveSession) -> int:
+        fed = 0
+        while True:
+            with self._inbox_lock:
+                box = self._inbox.get(key)
+                if not box:
+                    self._inbox.pop(key, None)
+                    return fed
+                payload = box.popleft()
+            path = _chunk_path(payload)
+            if path is None:
+                continue
+            try:
+                from gradio import processing_utils
+
+                sample_rate, data = processing_utils.audio_from_file(path)
+                session.worker.feed(sample_rate, data)
+                fed += 1
+            except AudioError as exc:
+                gr.Warning(str(exc))
+            except Exception:
+                log.exception("a live chunk could not be read: %s", path)
 
     def chunk(self, audio, cache_on, mode, request: gr.Request):
-        """One streamed chunk: queue it and return at once; the timer redraws."""
+        """Streamed chunks: queue them and return at once; the timer redraws."""
         session = self._browser_session(request, cache_on, mode)
         if session.final is not None:
+            with self._inbox_lock:
+                self._inbox.pop(self._key(request), None)
             return  # a chunk sent after Stop, once the rest was committed
         session.set_options(self._options(cache_on, mode))
-        if audio is not None:
+        if self.tapping:  # `audio` is the latest of the tapped chunks: feed them all
+            self._feed_inbox(self._key(request), session)
+        elif audio is not None:
             sample_rate, data = audio
             try:
                 session.worker.feed(sample_rate, data)
@@ -276,9 +460,11 @@ class LiveTab:
         if session is None:
             return (gr.Timer(active=False),) + render(None, self._model())
         time.sleep(0.3)  # the browser sends one more chunk after Stop
+        if self.tapping and session.source == "browser" and session.final is None:
+            self._feed_inbox(self._key(request), session)  # chunks after the last call
         session.finish()
         session.rendered_version = -1
-        return (gr.Timer(active=False),) + render(session, session.model)
+        return (gr.Timer(active=False),) + _sent(session, render(session, session.model))
 
     def tick(self, request: gr.Request):
         session = self.session(request)
@@ -288,7 +474,8 @@ class LiveTab:
         if version == session.rendered_version and session.active:
             return (gr.skip(),) * 4
         session.rendered_version = version
-        return render(session, session.model)
+        key = _chart_key(session)  # the chart only changes when a re-decode completed
+        return changed_only(session, render(session, session.model, chart=key != session.chart_key), key)
 
     # --- this computer's microphone
 
@@ -327,6 +514,7 @@ def _availability_text() -> str:
 def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float = IDLE_TIMEOUT_S) -> LiveTab:
     """Lay out the Live tab in the current Blocks context and wire it."""
     tab = LiveTab(store, defaults)
+    tab.tapping = _install_chunk_tap()
     _start_reaper(idle_timeout_s)
     model = store.get(defaults.model) if store.is_loaded(defaults.model) else None
     timer = gr.Timer(REFRESH_S, active=False)
@@ -361,6 +549,7 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
                 x_title="token", y_title="latency (ms)", height=300, elem_id="live-latency-chart",
                 tooltip=["token", "latency_ms", "series"], label="Latency")
 
+    tab.mic = mic_in
     views = [transcript, stats, panel_box, chart]
     quiet = dict(api_name=False, show_progress="hidden")
     mic_in.start_recording(tab.start, [cache_on, mode], [timer] + views, concurrency_limit=None, **quiet)
