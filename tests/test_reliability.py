@@ -473,30 +473,19 @@ def test_one_hour_file_decodes_window_by_window(tiny_model, clip, hour_file):
 
     with pytest.raises(AudioError, match="600"):
         load_audio(hour_file)  # the default limit refuses it, saying the limit
-    # Each window on its own (no previous-text prompt: see the xfail test below for why)
-    result, peak_growth, token_growth = _decode_hour(
-        tiny_model, hour_file, DecodeOptions(cache="static", condition_on_previous_text=False))
-    assert _missing_clips(result, clip) == [], [(s.start, s.end, s.text) for s in result.segments]
-    # silent windows are skipped without running the model: ~120 windows, a handful decoded
-    assert result.skipped_windows >= 110
-    # Memory: the 1 h input itself is 230 MB of float32 (the caller holds it). Per-window
-    # state (one 30 s mel window, encoder output, caches) is tens of MB, so while tokens
-    # stream RSS stays within 600 MB of the start. The overall peak also includes
-    # decode.py's log-mel of the whole file, computed up front (its STFT is a transient of
-    # about 1.5 GB per hour): 3 GB catches anything worse than that (xfail test below).
-    assert token_growth < 600 * 2**20, f"RSS grew by {token_growth / 2**20:.0f} MiB while decoding"
-    assert peak_growth < 3 * 2**30, f"peak RSS grew by {peak_growth / 2**20:.0f} MiB"
-
-
-@pytest.mark.xfail(reason="decode.py: (1) the previous-text prompt is carried across skipped "
-                          "silent windows: after 28 min of silence short_3s at 1800 s is lost "
-                          "and a phantom 'You can do for your country.' appears at 3480 s; "
-                          "(2) the log-mel of the whole file is computed before the first window "
-                          "(~1.5 GB transient per hour)", strict=False)
-def test_one_hour_file_with_default_options_and_windowed_memory(tiny_model, clip, hour_file):
+    # The app's default options (previous-text prompt on): a silent window must end the
+    # prompt, or 28 min later short_3s is lost and a phantom line from the jfk clip appears
     result, peak_growth, _ = _decode_hour(tiny_model, hour_file, DecodeOptions(cache="static"))
     assert _missing_clips(result, clip) == [], [(s.start, s.end, s.text) for s in result.segments]
-    assert peak_growth < 500 * 2**20, f"peak RSS grew by {peak_growth / 2**20:.0f} MiB"
+    assert "country" not in " ".join(s.text for s in result.segments if 1700 < s.start < 3470).lower()
+    # silent windows are skipped without running the model: ~120 windows, a handful decoded
+    assert result.skipped_windows >= 110
+    # Memory. Counted from before the file is read: the 1 h input itself is 230 MB of
+    # float32 (plus soundfile's read buffer while loading); per-window state (one 30 s
+    # log-mel, encoder output, caches) is tens of MB. Measured: +360-440 MiB. A log-mel of
+    # the whole file up front (as decode.py once did) peaks at +1.8 GiB for this hour, so
+    # 700 MiB allows noise and still fails if memory grows with the file's length again.
+    assert peak_growth < 700 * 2**20, f"peak RSS grew by {peak_growth / 2**20:.0f} MiB"
 
 
 # --------------------------------------------------------------------------------------
