@@ -46,7 +46,7 @@ def _file_size(text: str) -> str:
 
 def parser() -> argparse.ArgumentParser:
     from whisper_demo.audio import DEFAULT_MAX_SECONDS
-    from whisper_demo.events import CACHE_MODES
+    from whisper_demo.events import CACHE_MODES, PRECISIONS
     from whisper_demo.models import DEFAULT_MODEL
 
     p = argparse.ArgumentParser(
@@ -85,6 +85,10 @@ def parser() -> argparse.ArgumentParser:
                         "off. The page can switch it per run. Default static")
     p.add_argument("--beam-size", type=int, default=1, metavar="N",
                    help="initial beam size (1 = greedy). Default 1")
+    p.add_argument("--precision", choices=PRECISIONS, default="exact",
+                   help="exact: the model's own weights, tokens equal openai-whisper's. int8: the "
+                        "fast mode, the vocabulary projection as an int8 matmul (CPU; static and "
+                        "off modes). Default exact")
     mic = p.add_argument_group("terminal microphone (no browser)")
     mic.add_argument("--mic", action="store_true",
                      help="transcribe this computer's microphone live in the terminal instead of "
@@ -152,7 +156,10 @@ def main(argv=None) -> int:
     from whisper_demo.events import DecodeOptions
     from whisper_demo.models import ModelError, load_model
 
-    options = DecodeOptions(cache=args.cache, beam_size=args.beam_size)
+    try:
+        options = DecodeOptions(cache=args.cache, beam_size=args.beam_size, precision=args.precision)
+    except ValueError as exc:
+        fail(str(exc))
     print(f"loading {args.model}…", file=sys.stderr, flush=True)
     try:
         model = load_model(args.model, device=device, progress=True)
