@@ -339,6 +339,10 @@ def test_audio_lost_when_received_audio_falls_behind_the_clock():
     now[0] = 100.0 + 4.0  # 2.0 s of wall clock, one 0.5 s chunk: 1.5 s never arrived
     live.add_samples(chunk)
     assert live.stats().lost_seconds == pytest.approx(1.5)
+    now[0] = 100.0 + 6.0  # nothing more arrives: the gap grows with the clock...
+    assert live.stats().lost_seconds == pytest.approx(3.0)
+    live.finished = True  # ...until the session is finished
+    assert live.stats().lost_seconds == pytest.approx(1.5)
 
 
 def test_decode_thread_runs_at_lower_priority():

@@ -66,6 +66,7 @@ def live_server():
         proc.kill()
         pytest.fail("app.py did not start:\n" + "".join(lines[-40:]))
     yield url["value"]
+    print("app.py log (tail):\n" + "".join(lines[-60:]))  # shown when the test fails
     proc.terminate()
     try:
         proc.wait(timeout=10)

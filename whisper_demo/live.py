@@ -278,10 +278,17 @@ class LiveTranscriber:
     def lost_seconds(self) -> float:
         """Audio that should have arrived by the newest chunk's arrival and did not: the
         wall time since the first chunk minus the audio received after it, once that gap
-        exceeds one chunk (late, bunched chunks stay within it; lost ones do not)."""
+        exceeds one chunk (late, bunched chunks stay within it; lost ones do not). While
+        the session runs, a stream whose chunks stopped coming counts from the clock."""
         with self._lock:
             slack = self._max_chunk / SAMPLE_RATE
-            return self._behind if self._behind > slack else 0.0
+            behind = self._behind
+            if self._first_arrival is not None and not self.finished:
+                # a stream that stopped arriving (chunks dropped before they reach us) is
+                # behind now, not only at its next chunk; frozen once finished
+                behind = max(behind, (self.clock() - self._first_arrival)
+                             - (self._received - self._first_chunk) / SAMPLE_RATE - slack)
+            return behind if behind > slack else 0.0
 
     def stats(self) -> LiveStats:
         def pct(values, q):
