@@ -13,21 +13,16 @@ Skips only on a machine without /usr/bin/chromium outside CI; in CI (CI=true) a 
 browser fails, since CI installs it.
 """
 
-import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from app_server import CHROMIUM, IN_CI, REPO, chromium_args, require_chromium, running_app
+
 DATA = REPO / "tests" / "data"
-CHROMIUM = "/usr/bin/chromium"
 FAKE_MIC = DATA / "jfk.wav"
 JFK_WORDS = "ask not what your country"
 SPEECH_25S_WORDS = "the weather today is cool"
@@ -36,69 +31,22 @@ SPEECH_25S_WORDS = "the weather today is cool"
 MIC_WORDS = "what your country can do for you"
 DECODE_TIMEOUT_MS = 180_000  # a loaded 2-core CI box: tiny.en on 11 s takes 1-10 s, rarely more
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-if not Path(CHROMIUM).exists():
-    if IN_CI:
-        pytest.fail(f"{CHROMIUM} is missing; CI must install chromium (apt-get install chromium)",
-                    pytrace=False)
-    pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)", allow_module_level=True)
-
+require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api") if not IN_CI else __import__(
     "playwright.sync_api", fromlist=["sync_playwright"])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server():
     """`python app.py --port N` in a subprocess; yields its URL once it says it is serving."""
-    port = _free_port()
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO / "app.py"), "--model", "tiny.en", "--device", "cpu",
-         "--port", str(port)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    lines, found = [], threading.Event()
-    url = {}
-
-    def reader():
-        for line in proc.stdout:
-            lines.append(line)
-            m = re.search(r"serving on (http://\S+)", line)
-            if m:
-                url["value"] = m.group(1)
-                found.set()
-
-    threading.Thread(target=reader, daemon=True).start()
-    deadline = time.time() + 240
-    while not found.is_set() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-    if not found.is_set():
-        proc.kill()
-        pytest.fail("app.py did not start:\n" + "".join(lines[-40:]))
-    yield url["value"]
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with running_app() as app:
+        yield app.url
 
 
 @pytest.fixture(scope="module")
 def browser():
-    assert FAKE_MIC.is_file()  # a missing fake-mic file plays silence without any error
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-            f"--use-file-for-fake-audio-capture={FAKE_MIC}%noloop",
-        ])
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args(FAKE_MIC))
         yield b
         b.close()
 

@@ -9,7 +9,6 @@ test_models.py and test_decode.py; this file covers what those do not.
 import gc
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -23,23 +22,17 @@ import pytest
 import soundfile as sf
 import torch
 
+from app_server import CHROMIUM, IN_CI, REPO, chromium_args, require_chromium, running_app
 from whisper_demo.audio import SAMPLE_RATE, load_audio
 from whisper_demo.cache import MODULE_FORWARD_LOCK, hook_count
 from whisper_demo.decode import stream_transcribe, transcribe
 from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
 from whisper_demo.ui import Defaults, ModelStore, build_app
 
-REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
 JFK = DATA / "jfk.wav"
 SHORT = DATA / "short_3s.wav"
 LIMIT_S = 20  # the page's --max-audio-seconds in these tests
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------------------
@@ -128,38 +121,9 @@ def test_tiny_and_silent_audio_give_a_result_not_an_error(app, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    port = _free_port()
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1",
-               OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO / "app.py"), "--model", "tiny.en", "--device", "cpu",
-         "--port", str(port), "--max-audio-seconds", "60"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    lines, found, url = [], threading.Event(), {}
-
-    def reader():
-        for line in proc.stdout:
-            lines.append(line)
-            m = re.search(r"serving on (http://\S+)", line)
-            if m:
-                url["value"] = m.group(1)
-                found.set()
-
-    threading.Thread(target=reader, daemon=True).start()
-    deadline = time.time() + 240
-    while not found.is_set() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-    if not found.is_set():
-        proc.kill()
-        pytest.fail("app.py did not start:\n" + "".join(lines[-40:]))
-    yield dict(url=url["value"].rstrip("/"), port=port, pid=proc.pid, lines=lines)
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+def server():
+    with running_app("--max-audio-seconds", "60", env={"OMP_NUM_THREADS": "1"}) as app:
+        yield dict(url=app.url.rstrip("/"), port=app.port, pid=app.pid, lines=app.lines)
 
 
 # --------------------------------------------------------------------------------------
@@ -291,24 +255,16 @@ def test_four_users_at_once_each_get_their_own_transcript(server, many_files, mo
 # 1b. One bad file through the real browser
 
 
-CHROMIUM = "/usr/bin/chromium"
-
-
 def test_browser_bad_file_then_good_file(server, tmp_path):
-    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    if not Path(CHROMIUM).exists():
-        if in_ci:
-            pytest.fail(f"{CHROMIUM} is missing; CI must install chromium")
-        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
-    if in_ci:
+    require_chromium()
+    if IN_CI:
         import playwright.sync_api as sync_api
     else:
         sync_api = pytest.importorskip("playwright.sync_api")
     fake = tmp_path / "notes.wav"
     fake.write_text("this is not audio\n" * 50)
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                    args=["--no-sandbox", "--disable-gpu"])
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args())
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(server["url"])
