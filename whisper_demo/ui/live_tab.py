@@ -321,7 +321,9 @@ class LiveTab:
 
     def _options(self, cache_on, mode) -> DecodeOptions:
         base = self.defaults.options
-        return DecodeOptions(cache=effective_mode(bool(cache_on), mode), beam_size=1,
+        cache = effective_mode(bool(cache_on), mode)
+        return DecodeOptions(cache=cache, beam_size=1,
+                             precision=base.precision if cache != "hooks" else "exact",
                              language=base.language, task=base.task,
                              no_speech_threshold=base.no_speech_threshold,
                              silence_rms=base.silence_rms)
