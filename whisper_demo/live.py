@@ -39,7 +39,7 @@ import re
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Deque, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
@@ -701,8 +701,13 @@ class BackgroundTranscriber:
     publishes every TokenEvent and LiveUpdate. `finish()` blocks until the rest is committed.
     """
 
-    def __init__(self, live: LiveTranscriber, poll_seconds: float = 0.05, history: int = 400):
+    def __init__(self, live: LiveTranscriber, poll_seconds: float = 0.05, history: int = 400,
+                 yield_cpu: bool = False):
         self.live = live
+        # In the web server the decode thread must not starve the handlers that receive the
+        # audio chunks (see _lower_thread_priority); in a terminal there is nothing to protect
+        # and a slower decode only delays commits.
+        self.yield_cpu = yield_cpu
         self.poll_seconds = poll_seconds
         self._cond = threading.Condition()
         self._version = 0
@@ -747,7 +752,8 @@ class BackgroundTranscriber:
             self._cond.notify_all()
 
     def _run(self) -> None:
-        _lower_thread_priority()
+        if self.yield_cpu:
+            _lower_thread_priority()
         try:
             while True:
                 with self._cond:

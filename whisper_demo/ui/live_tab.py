@@ -54,7 +54,7 @@ class LiveSession:
         self.source = source
         self.desktop = desktop  # mic.DesktopMicSource when recording this computer's mic
         self.worker = desktop.worker if desktop is not None else BackgroundTranscriber(
-            LiveTranscriber(model, options))
+            LiveTranscriber(model, options), yield_cpu=True)
         self.rendered_version = -1
         self.sent_html: list = [None, None, None]  # transcript, stats, panel as last sent
         self.chart_key = None  # (decodes, final) of the chart last sent
