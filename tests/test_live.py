@@ -403,3 +403,21 @@ def test_every_streamed_chunk_reaches_the_session(tmp_path):
     assert tab._feed_inbox("sess", session) == 5
     assert fed == [(48000, (i + 1) * 1000) for i in range(5)]  # all, in order, not outside.wav
     assert tab._feed_inbox("sess", session) == 0
+
+
+def test_idle_live_sessions_are_closed_by_the_reaper(tiny_model, clip):
+    """A browser tab that stops sending chunks (closed, asleep) does not keep its worker."""
+    from whisper_demo.ui.live_tab import LiveSession, reap_idle
+
+    idle = LiveSession(tiny_model, DecodeOptions())
+    busy = LiveSession(tiny_model, DecodeOptions())
+    busy.worker.feed(SR, clip("short_3s.wav")[: SR // 2])
+    idle.live.last_activity -= 3600  # nothing for an hour (it was never fed, so no decode resets it)
+    try:
+        assert reap_idle(timeout_s=600) == 1
+        idle.worker.done.wait(timeout=30)
+        assert idle.worker.done.is_set() and not idle.active
+        assert busy.active and busy.worker._thread.is_alive()
+    finally:
+        busy.close()
+        idle.close()
