@@ -443,8 +443,13 @@ class LiveTranscriber:
 
         reason = ""
         if final:
-            agreed = len(tail)
             reason = "finish"
+            if _skips_words_of(tail, self._tentative):
+                # The last decode heard fewer of the same words than the one before it: tiny
+                # models sometimes skip a repeated phrase ("... can do for you country.").
+                # Keep what the previous decode heard.
+                tail, reason = list(self._tentative), "finish (kept the fuller previous hypothesis)"
+            agreed = len(tail)
         else:
             agreed = _common_prefix(prev_tail, tail)
             saw_voice_end = (buffer_end - voice_end) / SAMPLE_RATE >= self.pause_commit_seconds
@@ -642,6 +647,15 @@ def _common_prefix(a: List[Word], b: List[Word]) -> int:
             break
         n += 1
     return n
+
+
+def _skips_words_of(tail: List[Word], previous: List[Word]) -> bool:
+    """True when `tail` is `previous` with words left out: same last word, in order, shorter."""
+    short, full = [w.norm for w in tail], [w.norm for w in previous]
+    if not short or len(short) >= len(full) or short[-1] != full[-1]:
+        return False
+    remaining = iter(full)
+    return all(word in remaining for word in short)  # a subsequence, in order
 
 
 def _suffix_prefix_overlap(known: List[str], words: List[str]) -> int:
