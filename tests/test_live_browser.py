@@ -5,73 +5,30 @@ tentative text is styled differently, and after Stop the committed text matches 
 Skips only on a machine without /usr/bin/chromium outside CI; with CI=true it fails instead.
 """
 
-import os
 import re
-import socket
-import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
+from app_server import CHROMIUM, IN_CI, REPO, chromium_args, require_chromium, running_app
 from test_live import word_distance
 
-REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
-CHROMIUM = "/usr/bin/chromium"
 FAKE_MIC = DATA / "jfk.wav"
 SPEECH_SECONDS = 11.0
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
-if not Path(CHROMIUM).exists():
-    if IN_CI:
-        pytest.fail(f"{CHROMIUM} is missing; CI must install chromium", pytrace=False)
-    pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)", allow_module_level=True)
+require_chromium()
 if IN_CI:
     from playwright import sync_api
 else:
     sync_api = pytest.importorskip("playwright.sync_api")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def live_server():
-    port = _free_port()
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO / "app.py"), "--model", "tiny.en", "--device", "cpu", "--port", str(port)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, found, url = [], threading.Event(), {}
-
-    def reader():
-        for line in proc.stdout:
-            lines.append(line)
-            m = re.search(r"serving on (http://\S+)", line)
-            if m:
-                url["value"] = m.group(1)
-                found.set()
-
-    threading.Thread(target=reader, daemon=True).start()
-    deadline = time.time() + 240
-    while not found.is_set() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-    if not found.is_set():
-        proc.kill()
-        pytest.fail("app.py did not start:\n" + "".join(lines[-40:]))
-    yield url["value"]
-    print("app.py log (tail):\n" + "".join(lines[-60:]))  # shown when the test fails
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with running_app() as app:
+        yield app.url
+        print("app.py log (tail):\n" + "".join(app.lines[-60:]))  # shown when the test fails
 
 
 # Real time through a real browser: Chromium's own audio processing of the fake microphone
@@ -81,11 +38,8 @@ def live_server():
 def test_live_tab_commits_while_speaking(live_server, tmp_path, transcripts):
     assert FAKE_MIC.exists()
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-            f"--use-file-for-fake-audio-capture={FAKE_MIC}%noloop",
-        ])
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=chromium_args(FAKE_MIC))
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1100})
             page.goto(live_server)
