@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
 import sys
@@ -135,8 +136,19 @@ def _check_device(device):
     return device
 
 
+def _log_to_stderr() -> None:
+    """The app's own log (one line per decode and live session) on stderr, at INFO; the
+    libraries underneath keep their defaults (uvicorn and httpx would log every request)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logger = logging.getLogger("whisper_demo")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    _log_to_stderr()
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
     if args.list_devices:

@@ -25,7 +25,6 @@ decode slot.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from typing import Optional
 
@@ -78,24 +77,26 @@ def build_app(store: ModelStore, defaults: Optional[Defaults] = None) -> gr.Bloc
             with gr.Tab("Transcribe", id="transcribe"):
                 app.transcribe_tab = build_transcribe_tab(store, defaults, model_status=model_status)
             with gr.Tab("Live", id="live"):
-                _live_tab(store, defaults)
+                live = _live_tab(store, defaults)
+        if live is not None:
+            # A closed tab ends its live session at once (and any desktop recording with
+            # it); decodes of a closed tab are closed by Gradio's queue (see transcribe_tab).
+            app.unload(live.page_closed)
     app.queue(default_concurrency_limit=defaults.concurrency, max_size=defaults.max_queue)
     return app
 
 
-def _live_tab(store: ModelStore, defaults: Defaults) -> None:
-    """live_tab.py is another module's; the page must work with or without it."""
-    if importlib.util.find_spec(f"{__name__}.live_tab") is None:
-        gr.Markdown("### Live transcription: coming soon\n"
-                    "Streaming microphone with committed and tentative text will appear here.")
-        return
+def _live_tab(store: ModelStore, defaults: Defaults):
+    """The Live tab, or None (with a message in its place) if it cannot be built: a broken
+    Live tab must not take the Transcribe tab down."""
     try:
         from .live_tab import build_live_tab
 
-        build_live_tab(store, defaults)
-    except Exception as exc:  # a broken Live tab must not take the Transcribe tab down
+        return build_live_tab(store, defaults)
+    except Exception as exc:
         log.exception("Live tab failed to build")
         gr.Markdown(f"### Live transcription is unavailable\n`{type(exc).__name__}: {exc}`")
+        return None
 
 
 def launch(app: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: bool = False,

@@ -479,6 +479,19 @@ class LiveTab:
         key = _chart_key(session)  # the chart only changes when a re-decode completed
         return changed_only(session, render(session, session.model, chart=key != session.chart_key), key)
 
+    def page_closed(self, request: gr.Request):
+        """The tab went away (Gradio's unload event): close its session now, rather than
+        when the reaper finds it idle. A desktop recording stops with it."""
+        key = self._key(request)
+        with self._lock:
+            session = self._sessions.pop(key, None)
+        with self._inbox_lock:
+            self._inbox.pop(key, None)
+        if session is not None:
+            heard = session.live.audio_seconds
+            session.close()
+            log.info("live session closed (page closed): %s microphone, %.1f s heard", session.source, heard)
+
     # --- this computer's microphone
 
     def desktop_start(self, cache_on, mode, request: gr.Request):

@@ -227,10 +227,12 @@ class TranscribeTab:
             log.exception("decode failed")
             raise gr.Error(f"Decoding failed: {type(exc).__name__}: {exc}", title="Decoding failed") from exc
         finally:
-            # Stop (Gradio closes this generator) or an error: closing the decoder frees
-            # its cache and, in hooks mode, removes the hooks from the shared model.
+            # Stop, a closed tab (Gradio closes this generator in both cases) or an error:
+            # closing the decoder frees its cache and, in hooks mode, removes the hooks
+            # from the shared model.
             stream.close()
             self._untrack(request, finished)
+            _log_end(model, options, samples, stats, result)
         yield ("result", result, stats)
 
     # --- handlers -----------------------------------------------------------------------
@@ -421,6 +423,21 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
                           panel=panel_box, chart=chart, compare=compare_box, previous=previous,
                           run=run_btn, compare_btn=compare_btn, stop=stop_btn)
     return tab
+
+
+def _log_end(model, options: DecodeOptions, samples, stats: "panel.RunStats",
+             result: Optional[DecodeResult]) -> None:
+    """One server log line per decode: what ran, and for one that did not finish (Stop,
+    the page closed, an error), that its cache is gone and how many hooks remain."""
+    from ..cache import hook_count
+
+    what = f"{describe(samples)} · {options.cache} · beam {options.beam_size}"
+    tokens = len(stats.latencies_ms)
+    if result is not None:
+        log.info("decode done: %s · %d tokens in %.1f s", what, tokens, stats.wall_seconds)
+    else:
+        log.info("decode stopped after %d tokens (Stop, page closed or error): %s · cache "
+                 "released · forward hooks on the model now: %d", tokens, what, hook_count(model))
 
 
 def _previous_colors() -> dict:
