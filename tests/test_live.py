@@ -302,6 +302,43 @@ def test_hypothesis_that_drops_committed_words_is_ignored(scripted):
     assert final.committed == "ask what you can do country."
 
 
+def test_one_misheard_committed_word_does_not_stall_the_session(scripted):
+    """Seen through the browser: "But" committed from the first second of audio, then every
+    later decode began "The weather today ..." and was ignored as disagreeing, so nothing
+    more was committed for 20 s. A re-spelt single word is no disagreement; and a decoder
+    that keeps disagreeing is heard after MAX_REJECTIONS decodes."""
+    scripted([
+        _result((0, 1, "But when")),
+        _result((0, 2, "But whenever today")),
+        _result((0, 3, "the weather today is cool")),
+        _result((0, 4, "the weather today is cool and cloudy")),
+    ])
+    live = LiveTranscriber(None)
+    for _ in range(4):
+        live.add_audio(SR, _voice(1.0))
+        drain(live.updates())
+    assert live.committed_text == "But weather today is cool"
+
+
+def test_a_decoder_that_keeps_disagreeing_is_heard_in_the_end(scripted):
+    scripted([
+        _result((0, 1, "ask what you")),
+        _result((0, 2, "ask what you can do")),
+        _result((0, 3, "country.")),  # lost what it agreed on: ignored...
+        _result((0, 4, "country. And so")),  # ...twice...
+        _result((0, 5, "country. And so on")),  # ...then it votes again
+        _result((0, 6, "country. And so on and")),
+    ])
+    live = LiveTranscriber(None)
+    reasons = []
+    for _ in range(6):
+        live.add_audio(SR, _voice(1.0))
+        reasons.append(drain(live.updates()).reason)
+    assert [("ignored" in r) for r in reasons] == [False, False, True, True, False, False]
+    assert live_mod.MAX_REJECTIONS == 2
+    assert live.committed_text.startswith("ask what you") and live.committed_text.endswith("And so on")
+
+
 def test_forced_trim_keeps_buffer_bounded(scripted):
     # Hypotheses never agree (a new word each time): the buffer must still be cut.
     script = [_result((0, 1 + i, " ".join(f"w{i}x{j}" for j in range(3)))) for i in range(40)]
@@ -434,3 +471,21 @@ def test_finish_keeps_the_fuller_hypothesis_when_the_last_decode_skips_words():
     assert _skips_words_of(words("country."), words("ask what you can do for your country."))
     assert not _skips_words_of(words("for your country."), words("for your country. Thank you."))
     assert not _skips_words_of(words("do for your country."), words("do for your country."))
+
+
+def test_a_redecode_that_repeats_text_committed_before_the_cut_is_not_committed_twice():
+    """After a cut, the decoder may start by saying again what was committed just before it
+    (seen through the browser: "But whenever today is cool and cloudy in the morning. The
+    weather today is cool and cloudy. In the morning ..."). That repeat is skipped, even
+    re-spelt; a hypothesis that merely shares a word with the committed text is not cut."""
+    from whisper_demo.live import _repeated_tail
+
+    def norms(text):
+        return [live_mod.normalize(w) for w in text.split()]
+
+    committed = norms("But whenever today is cool and cloudy in the morning.")
+    assert _repeated_tail(committed, norms("The weather today is cool and cloudy. In the morning there was")) == 10
+    assert _repeated_tail(norms("my fellow Americans, ask not"), norms("ask not what your country")) == 2
+    assert _repeated_tail(norms("can do for your country."), norms("Thank you.")) == 0
+    assert _repeated_tail(norms("we walked to the"), norms("the river was calm")) == 0  # one word: kept
+    assert _repeated_tail([], norms("anything at all")) == 0

@@ -1,5 +1,5 @@
-"""The Live tab in a real browser: Chromium plays jfk.wav (11 s) as its fake microphone into
-`gr.Audio(streaming=True)`; committed text must appear while the "speaker" is still talking,
+"""The Live tab in a real browser: Chromium plays jfk.wav (11 s) or speech_25s.wav (26 s) as
+its fake microphone into `gr.Audio(streaming=True)`; committed text must appear while the "speaker" is still talking,
 tentative text is styled differently, and after Stop the committed text matches the file.
 
 Skips only on a machine without /usr/bin/chromium outside CI; with CI=true it fails instead.
@@ -14,8 +14,7 @@ from app_server import CHROMIUM, IN_CI, REPO, chromium_args, require_chromium, r
 from test_live import word_distance
 
 DATA = REPO / "tests" / "data"
-FAKE_MIC = DATA / "jfk.wav"
-SPEECH_SECONDS = 11.0
+SPEECH_SECONDS_OF = {"jfk.wav": 11.0, "speech_25s.wav": 25.7}
 
 require_chromium()
 if IN_CI:
@@ -27,7 +26,7 @@ else:
 @pytest.fixture(scope="module")
 def live_server():
     with running_app() as app:
-        yield app.url
+        yield app
         print("app.py log (tail):\n" + "".join(app.lines[-60:]))  # shown when the test fails
 
 
@@ -35,21 +34,22 @@ def live_server():
 # and the scheduling of chunks, decodes and page updates on 2 cores vary between runs
 # (passes on a quiet machine; see the session note for what fails under heavy load).
 @pytest.mark.flaky(reruns=2)
-def test_live_tab_commits_while_speaking(live_server, tmp_path, transcripts):
-    assert FAKE_MIC.exists()
+@pytest.mark.parametrize("name", ["jfk.wav", "speech_25s.wav"])
+def test_live_tab_commits_while_speaking(live_server, tmp_path, transcripts, name):
+    fake_mic, speech_seconds = DATA / name, SPEECH_SECONDS_OF[name]
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                    args=chromium_args(FAKE_MIC))
+                                    args=chromium_args(fake_mic))
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1100})
-            page.goto(live_server)
+            page.goto(live_server.url)
             page.wait_for_selector("#audio_in, #live-mic", state="attached", timeout=60_000)
             page.get_by_role("tab", name="Live").click()
             page.locator("#live-mic").get_by_role("button", name="Record").click()
             started = time.monotonic()
 
             committed_at, tentative_seen, samples = None, False, []
-            while time.monotonic() - started < SPEECH_SECONDS + 3:
+            while time.monotonic() - started < speech_seconds + 3:
                 committed = page.locator("#live-transcript .wk-committed").all_inner_texts()
                 committed = " ".join(committed).strip()
                 if page.locator("#live-transcript .wk-tentative").count():
@@ -65,11 +65,12 @@ def test_live_tab_commits_while_speaking(live_server, tmp_path, transcripts):
             page.screenshot(path=str(tmp_path / "live_after_speech.png"))
             # Worst case on a busy 2-core CI machine: a decode takes 1-2 s and committing
             # needs two agreeing decodes, so allow the speaker's end + 3 s (still before Stop).
-            assert committed_at is not None and committed_at < SPEECH_SECONDS + 3, (
+            assert committed_at is not None and committed_at < speech_seconds + 3, (
                 f"no committed text while the speaker talked: {samples}; page: "
                 f"{page.locator('#live-transcript').inner_text()!r} {page.locator('#live-stats').inner_text()!r}")
             assert tentative_seen
 
+            log_start = len(live_server.lines)
             page.locator("#live-mic").get_by_role("button", name="Stop").click()
             page.wait_for_selector('#live-transcript-body[data-state="final"]', timeout=180_000)
             final = page.locator("#live-transcript .wk-committed").inner_text().strip()
@@ -78,24 +79,26 @@ def test_live_tab_commits_while_speaking(live_server, tmp_path, transcripts):
             panel = page.locator("#live-cache-panel").inner_text()
         finally:
             browser.close()
-    print(f"\nfirst committed text {committed_at:.1f} s after Record; final: {final!r}\n{stats}")
-    # Chromium runs its own audio processing (noise suppression, AGC) on the fake
-    # microphone, and under CPU load its capture and Gradio's chunk uploads (which can
-    # arrive out of order) garble a word here and there: tiny.en, even offline on the audio
-    # the server received, has heard "And so my fellow American ass is not enough. What's
-    # your country can do for you? ..." and "Ask what the you should can do your country".
-    # The live engine's exactness is tested on unprocessed audio in test_live.py; here: the
-    # sentence is there (its words, in order, give or take ASR slips), and all of it arrived.
-    reference = transcripts["jfk.wav"]
-    spoken = re.findall(r"[a-z']+", final.lower())
-    n_ref = len(re.findall(r"[a-z']+", reference.lower()))
-    # after the speaker stopped, the (noise-suppressed) silence may add a tentative word
-    # or two before Stop commits everything: the sentence is judged on its leading words
-    assert word_distance(" ".join(spoken[:n_ref + 2]), reference) <= 10, final
-    assert spoken.count("country") >= 2, final
+    stopped = [line for line in live_server.lines[log_start:] if "live session stopped" in line]
+    print(f"\nfirst committed text {committed_at:.1f} s after Record; final: {final!r}\n{stats}\n{stopped[-1] if stopped else ''}")
+    # Chromium runs its own audio processing (noise suppression, AGC) on the fake microphone,
+    # so tiny.en may slip on a word ("Americans," -> "American."); the chunks themselves
+    # arrive whole and, numbered by the page, in order (before they were numbered, 1 chunk
+    # in 25 arrived out of order and the final text was garbled: "Ask what the you should
+    # can do your country"). The final committed text must be the file's transcript, give
+    # or take ASR slips: at most 1 word in 8 (3 of jfk's 22, 8 of the other's 70; tiny.en
+    # offline on the file itself gets 7 wrong there), counting anything the silence after
+    # the speech might add.
+    reference = transcripts[name]
+    allowed = max(3, len(reference.split()) // 8)
+    assert word_distance(final, reference) <= allowed, final
     heard = float(re.search(r"of ([\d.]+) s heard", stats).group(1))
-    assert heard >= SPEECH_SECONDS - 0.5, stats  # no chunk dropped on the way
+    assert heard >= speech_seconds - 0.5, stats  # no chunk dropped on the way
     lost = re.search(r"audio lost ([\d.]+) s", stats)
     assert lost is None or float(lost.group(1)) <= 0.5, stats  # the same 0.5 s tolerance
+    # the page numbered every chunk it uploaded, so the server fed them in recording order
+    assert stopped, live_server.lines[log_start:]
+    numbered, unnumbered = map(int, re.search(r"(\d+) numbered chunks .* (\d+) unnumbered", stopped[-1]).groups())
+    assert numbered >= speech_seconds * 10 * 0.95 and unnumbered == 0, stopped[-1]
     assert "first token" in stats.lower() and "commit" in stats.lower()
     assert "cache" in panel.lower()

@@ -168,6 +168,7 @@ class LiveTranscriber:
         self._committed_in_buffer = 0  # how many of them lie in the current buffer
         self._tentative: List[Word] = []
         self._rejected: List[Word] = []  # last hypothesis ignored for losing committed words
+        self._rejections_in_row = 0
         self._committed_text_cache = ""
 
         self._first_token_ms: Deque[float] = deque(maxlen=history)
@@ -419,11 +420,17 @@ class LiveTranscriber:
 
         words = _hypothesis_words(result, self._offset / SAMPLE_RATE, buffer_end / SAMPLE_RATE)
         committed_norms = self._buffer_committed_norms()
-        start, distance = _align(committed_norms, [w.norm for w in words])
-        if committed_norms and distance > len(committed_norms) // 2:
+        start, distance = self._known_prefix(committed_norms, words)
+        disagrees = bool(committed_norms) and distance > max(1, len(committed_norms) // 2)
+        if disagrees and self._rejections_in_row < MAX_REJECTIONS:
             # The decoder lost words it had agreed on before (tiny models sometimes jump
             # ahead). Don't let such a hypothesis vote: keep the previous one and its
-            # tentative text, and ask again with the next audio.
+            # tentative text, and ask again with the next audio. Not forever, though: a
+            # decoder that keeps disagreeing has more audio than the one that agreed (seen:
+            # "But" committed from 1 s of audio, then 20 s of "The weather today..." all
+            # ignored), so after MAX_REJECTIONS its hypothesis is aligned as well as it
+            # goes and votes again.
+            self._rejections_in_row += 1
             self._rejected = words
             if final:
                 newly = self._merge_rejected(committed_norms)
@@ -437,9 +444,16 @@ class LiveTranscriber:
                                     last_event=last_event, trimmed=trimmed, final=final,
                                     reason="hypothesis disagreed with committed text; ignored")
             return
+        if disagrees:
+            # Heard in the end: its words no longer line up with the committed ones, so
+            # align it as if just after a cut (only a repeat of the committed end is skipped).
+            self._committed_in_buffer = 0
+            committed_norms = []
+            start, distance = self._known_prefix(committed_norms, words)
         self._rejected = []
+        self._rejections_in_row = 0
         tail = words[start:]
-        prev_tail = self._prev_words[_align(committed_norms, [w.norm for w in self._prev_words])[0]:]
+        prev_tail = self._prev_words[self._known_prefix(committed_norms, self._prev_words)[0]:]
 
         reason = ""
         if final:
@@ -469,6 +483,17 @@ class LiveTranscriber:
                                    first_token_ms=first_token_ms, result=result, last_event=last_event,
                                    trimmed=trimmed, final=final, reason=reason)
         yield update
+
+    def _known_prefix(self, committed_norms: List[str], words: List["Word"]) -> Tuple[int, int]:
+        """(j, distance): words[:j] are what is already committed. With committed words in
+        the buffer, they are aligned to the hypothesis. Right after a cut there are none, but
+        the decoder may say again what was committed just before the cut (the segment end
+        timestamp it was cut at came too early): that repeat is skipped, not committed twice."""
+        norms = [w.norm for w in words]
+        if committed_norms:
+            return _align(committed_norms, norms)
+        before = self._committed[-REPEAT_WORDS:]
+        return _repeated_tail([normalize(w) for w in before], norms), 0
 
     def _merge_rejected(self, committed_norms: List[str]) -> List[Word]:
         """Final flush after a rejected hypothesis: the previous tentative words plus what
@@ -586,6 +611,7 @@ class LiveTranscriber:
             self._committed_in_buffer = 0
             self._prev_words = []
             self._prev_saw_voice_end = False
+            self._rejections_in_row = 0
         with self._lock:
             while len(self._arrivals) > 1 and self._arrivals[1][0] <= self._offset:
                 self._arrivals.popleft()
@@ -663,6 +689,22 @@ def _suffix_prefix_overlap(known: List[str], words: List[str]) -> int:
     for k in range(min(len(known), len(words)), 0, -1):
         if known[-k:] == words[:k]:
             return k
+    return 0
+
+
+MAX_REJECTIONS = 2  # hypotheses in a row that may be ignored for disagreeing with committed text
+REPEAT_WORDS = 12  # how far back a re-decode's start is checked for repeated committed words
+
+
+def _repeated_tail(known: List[str], words: List[str]) -> int:
+    """How many words at the start of `words` repeat the end of `known` (0 if fewer than
+    two): the longest end of `known` that aligns with a start of `words` with at most one
+    word in four different: a re-decode re-spells what an earlier one misheard, e.g. "the
+    weather today is cool" after a committed "but whenever today is cool")."""
+    for k in range(min(len(known), len(words) + 2), 1, -1):
+        j, distance = _align(known[-k:], words)
+        if j >= 2 and distance <= k // 4:
+            return j
     return 0
 
 

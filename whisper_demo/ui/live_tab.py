@@ -30,6 +30,7 @@ from ..audio import AudioError
 from ..events import DecodeOptions
 from ..live import BackgroundTranscriber, LiveTranscriber, LiveUpdate
 from . import panel
+from .chunk_order import ChunkSequencer, chunk_number
 from .store import Defaults, ModelStore
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class LiveSession:
         self.sent_html: list = [None, None, None]  # transcript, stats, panel as last sent
         self.chart_key = None  # (decodes, final) of the chart last sent
         self.final: Optional[LiveUpdate] = None
+        self.order: Optional[ChunkSequencer] = None  # the page's chunk order (browser source)
         self.created = time.monotonic()
         _SESSIONS.add(self)
 
@@ -139,7 +141,8 @@ def transcript_html(committed: str, tentative: str, final: bool = False, note: s
             f'border:1px solid var(--border-color-primary);border-radius:8px">{body}</div>')
 
 
-def stats_html(live: LiveTranscriber, update: Optional[LiveUpdate]) -> str:
+def stats_html(live: LiveTranscriber, update: Optional[LiveUpdate],
+               order: Optional[ChunkSequencer] = None) -> str:
     s = live.stats()
 
     def ms(v):
@@ -155,7 +158,8 @@ def stats_html(live: LiveTranscriber, update: Optional[LiveUpdate]) -> str:
         ("Buffer", f"{live.buffer_seconds:.1f} s",
          f"of {s.audio_seconds:.1f} s heard · trimmed at committed segments"
          + (f" · audio lost {s.lost_seconds:.1f} s (arrived slower than real time)"
-            if s.lost_seconds > 0 else "")),
+            if s.lost_seconds > 0 else "")
+         + (f" · {order.reordered} chunks arrived out of order, put back" if order and order.reordered else "")),
         ("Re-decodes", str(s.decodes),
          f"{s.skipped} skipped (no new speech)" + (f" · last {ms(s.last_decode_ms)}" if s.last_decode_ms else "")),
     ]
@@ -193,7 +197,7 @@ def render(session: Optional["LiveSession"], model, note: str = "", chart: bool 
     else:
         chart_value = gr.skip()
     return (transcript_html(committed, tentative, final=final is not None, note=note),
-            stats_html(live, update), panel_box, chart_value)
+            stats_html(live, update, session.order), panel_box, chart_value)
 
 
 def changed_only(session: "LiveSession", outputs, chart_key) -> tuple:
@@ -273,13 +277,16 @@ def _install_chunk_tap() -> bool:
     return True
 
 
+def _payload_path(payload) -> Optional[str]:
+    if isinstance(payload, dict):
+        return payload.get("path")
+    return getattr(payload, "path", None)
+
+
 def _chunk_path(payload) -> Optional[str]:
     """The uploaded file of an audio payload, only if it lies in Gradio's upload folder
     (what Gradio's own preprocessing checks: a client cannot make us read other files)."""
-    if isinstance(payload, dict):
-        path = payload.get("path")
-    else:
-        path = getattr(payload, "path", None)
+    path = _payload_path(payload)
     if not path:
         return None
     from gradio import utils as gr_utils
@@ -306,8 +313,10 @@ class LiveTab:
         self.defaults = defaults
         self._sessions: dict = {}
         self._lock = threading.Lock()
-        # every streamed chunk, by browser session, until the handler feeds it (see _tap)
+        # every streamed chunk, by browser session, until the handler feeds it (see _tap),
+        # in recording order: the page numbers its chunks, a sequencer per page reorders
         self._inbox: dict = collections.defaultdict(collections.deque)
+        self._order: dict = {}  # browser session -> ChunkSequencer
         self._inbox_lock = threading.Lock()
         self._feed_lock = threading.Lock()  # one feeder at a time: chunks stay in order
         self.tapping = False
@@ -360,8 +369,16 @@ class LiveTab:
             session = self._sessions.get(key)
             if session is None or session not in _SESSIONS or session.source != "browser" or (
                     not session.active and session.final is None):
-                session = LiveSession(self._model(), self._options(cache_on, mode), "browser")
+                session = self._new_browser_session(key, self._model(), self._options(cache_on, mode))
                 self._sessions[key] = session
+        return session
+
+    def _new_browser_session(self, key: str, model, options: DecodeOptions) -> LiveSession:
+        session = LiveSession(model, options, "browser")
+        with self._inbox_lock:
+            order = self._order.setdefault(key, ChunkSequencer())  # numbering spans the page's life
+            order.new_recording()
+        session.order = order
         return session
 
     # --- browser microphone
@@ -376,7 +393,8 @@ class LiveTab:
             # already started its session: keep it (replacing it would lose them)
             current.set_options(self._options(cache_on, mode))
             return (gr.Timer(active=True),) + _sent(current, render(current, current.model))
-        session = self._replace(request, lambda: LiveSession(model, self._options(cache_on, mode), "browser"))
+        session = self._replace(request, lambda: self._new_browser_session(
+            self._key(request), model, self._options(cache_on, mode)))
         return (gr.Timer(active=True),) + _sent(session, render(session, session.model))
 
     def _tap(self, session_hash, body) -> None:
@@ -390,7 +408,8 @@ class LiveTab:
             return
         key = session_hash or "default"
         with self._inbox_lock:
-            self._inbox[key].append(data[0])
+            order = self._order.setdefault(key, ChunkSequencer())
+            self._inbox[key].extend(order.add(chunk_number(_payload_path(data[0]) or ""), data[0]))
         if not self._lock.acquire(blocking=False):
             return  # a session is being created (maybe loading the model): the handler feeds
         try:
@@ -401,9 +420,18 @@ class LiveTab:
                 and session in _SESSIONS):
             self._feed_inbox(key, session, wait=False)
 
-    def _feed_inbox(self, key: str, session: LiveSession, wait: bool = True) -> int:
-        """Feed every tapped chunk of this browser session, oldest first. With wait=False,
-        leaves them to whoever is feeding already."""
+    def _release_held(self, key: str, flush: bool = False) -> None:
+        """Move the chunks the sequencer no longer needs to hold into the inbox."""
+        with self._inbox_lock:
+            order = self._order.get(key)
+            if order is not None:
+                self._inbox[key].extend(order.ready(flush))
+
+    def _feed_inbox(self, key: str, session: LiveSession, wait: bool = True, flush: bool = False) -> int:
+        """Feed every tapped chunk of this browser session that is in turn, oldest first
+        (flush: every one, the recording has ended). With wait=False, leaves them to
+        whoever is feeding already."""
+        self._release_held(key, flush)
         fed = 0
         while True:
             if not self._feed_lock.acquire(blocking=wait):
@@ -463,9 +491,11 @@ class LiveTab:
             return (gr.Timer(active=False),) + render(None, self._model())
         time.sleep(0.3)  # the browser sends one more chunk after Stop
         if self.tapping and session.source == "browser" and session.final is None:
-            self._feed_inbox(self._key(request), session)  # chunks after the last call
+            self._feed_inbox(self._key(request), session, flush=True)  # chunks after the last call
         session.finish()
         session.rendered_version = -1
+        log.info("live session stopped: %.1f s heard, %d re-decodes; %s", session.live.audio_seconds,
+                 session.live.stats().decodes, session.order.summary() if session.order else "")
         return (gr.Timer(active=False),) + _sent(session, render(session, session.model))
 
     def tick(self, request: gr.Request):
@@ -487,6 +517,7 @@ class LiveTab:
             session = self._sessions.pop(key, None)
         with self._inbox_lock:
             self._inbox.pop(key, None)
+            self._order.pop(key, None)
         if session is not None:
             heard = session.live.audio_seconds
             session.close()
