@@ -339,6 +339,27 @@ def test_a_decoder_that_keeps_disagreeing_is_heard_in_the_end(scripted):
     assert live.committed_text.startswith("ask what you") and live.committed_text.endswith("And so on")
 
 
+def test_buffer_is_cut_in_the_pause_after_a_committed_sentence(scripted):
+    """tiny.en often returns one segment for many seconds of speech, so there is no segment
+    boundary to cut at; the cut goes in the pause after a committed sentence end, once the
+    buffer is longer than sentence_cut_seconds, and nothing is committed twice after it."""
+    calls = scripted([_result((0, 30, "Aaaa bbbb cccc. Dddd eeee"))] * 5
+                     + [_result((0, 30, "Dddd eeee ffff"))] * 2)
+    live = LiveTranscriber(None, sentence_cut_seconds=5.0)
+    pause = np.zeros(SR // 2, np.float32)  # 3.0-3.5 s
+    chunks = [_voice(1.0)] * 3 + [np.concatenate([pause, _voice(0.5)])] + [_voice(1.0)] * 3
+    trims = []
+    for chunk in chunks:
+        live.add_audio(SR, chunk)
+        update = drain(live.updates())
+        trims.append(round(update.trimmed_seconds, 2))
+    cut = [t for t in trims if t]
+    assert len(cut) == 1 and 3.0 <= cut[0] <= 3.5, trims  # in the pause, not in a word
+    assert trims.index(cut[0]) == 4  # the first decode with a buffer over 5 s
+    assert calls[-1] == (pytest.approx(7.0 - cut[0], abs=0.01), "Aaaa bbbb cccc.")  # the rest, prompted
+    assert live.committed_text == "Aaaa bbbb cccc. Dddd eeee ffff"
+
+
 def test_forced_trim_keeps_buffer_bounded(scripted):
     # Hypotheses never agree (a new word each time): the buffer must still be cut.
     script = [_result((0, 1 + i, " ".join(f"w{i}x{j}" for j in range(3)))) for i in range(40)]
