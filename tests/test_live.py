@@ -360,6 +360,26 @@ def test_buffer_is_cut_in_the_pause_after_a_committed_sentence(scripted):
     assert live.committed_text == "Aaaa bbbb cccc. Dddd eeee ffff"
 
 
+def test_words_whose_audio_a_late_cut_removed_are_kept(scripted):
+    """A segment end timestamp placed after the next words began: the cut removes their
+    audio, and the next decode no longer hears them (seen: "... can do for you country."
+    for "... can do for you, ask what you can do for your country."). The words the
+    previous decode heard there are committed rather than lost."""
+    scripted([
+        _result((0, 2, "One two.")),
+        _result((0, 2, "One two."), (2, 3, "three four")),  # cut at 2 s; "three four" tentative
+        _result((0, 1, "five.")),  # after the cut: "three four" is gone from the audio
+    ])
+    live = LiveTranscriber(None)
+    reasons = []
+    for _ in range(3):
+        live.add_audio(SR, _voice(1.0))
+        reasons.append(drain(live.updates()).reason)
+    assert "kept" in reasons[2]
+    final = drain(live.finish())
+    assert final.committed == "One two. three four five."
+
+
 def test_forced_trim_keeps_buffer_bounded(scripted):
     # Hypotheses never agree (a new word each time): the buffer must still be cut.
     script = [_result((0, 1 + i, " ".join(f"w{i}x{j}" for j in range(3)))) for i in range(40)]

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import gradio as gr
@@ -254,39 +255,42 @@ def test_four_users_at_once_each_get_their_own_transcript(server, many_files, mo
 # --------------------------------------------------------------------------------------
 # 1b. One bad file through the real browser
 
-def _playwright():
+@contextmanager
+def _browser_page(url: str, fake_microphone=None):
+    """A Chromium page on `url` once the page has drawn (closed on exit)."""
     require_chromium()
     if IN_CI:
         import playwright.sync_api as sync_api
     else:
         sync_api = pytest.importorskip("playwright.sync_api")
-    return sync_api
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=chromium_args(fake_microphone))
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url)
+            page.wait_for_selector("#audio_in")
+            yield page
+        finally:
+            browser.close()
 
 
 
 def test_browser_bad_file_then_good_file(server, tmp_path):
-    sync_api = _playwright()
     fake = tmp_path / "notes.wav"
     fake.write_text("this is not audio\n" * 50)
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args())
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(server["url"])
-            page.wait_for_selector("#audio_in")
-            page.locator("#audio_in input[type=file]").set_input_files(str(fake))
-            toast = page.get_by_text(re.compile(r"could not read .*notes\.wav"))
-            toast.first.wait_for(timeout=60_000)
-            assert "Traceback" not in page.content()
-            # clear the bad file, then a good one transcribes on the same page
-            page.reload()
-            page.wait_for_selector("#audio_in")
-            page.locator("#audio_in input[type=file]").set_input_files(str(SHORT))
-            page.wait_for_function(
-                "() => (document.querySelector('#transcript textarea')?.value || '')"
-                ".toLowerCase().includes('close the door')", timeout=180_000)
-        finally:
-            browser.close()
+    with _browser_page(server["url"]) as page:
+        page.locator("#audio_in input[type=file]").set_input_files(str(fake))
+        toast = page.get_by_text(re.compile(r"could not read .*notes\.wav"))
+        toast.first.wait_for(timeout=60_000)
+        assert "Traceback" not in page.content()
+        # clear the bad file, then a good one transcribes on the same page
+        page.reload()
+        page.wait_for_selector("#audio_in")
+        page.locator("#audio_in input[type=file]").set_input_files(str(SHORT))
+        page.wait_for_function(
+            "() => (document.querySelector('#transcript textarea')?.value || '')"
+            ".toLowerCase().includes('close the door')", timeout=180_000)
 
 
 # --------------------------------------------------------------------------------------
@@ -309,30 +313,22 @@ def test_closing_the_tab_mid_decode_stops_it_and_frees_the_cache(server, tmp_pat
     speech: tens of seconds of work) streams. Gradio notices the lost connection and closes
     the handler's generator; the server logs the stopped decode with the hook count, and
     keeps serving."""
-    sync_api = _playwright()
     long_file = tmp_path / "long_55s.wav"
     sf.write(str(long_file), np.concatenate([clip("speech_25s.wav")] * 2 + [load_audio(JFK)[:16000 * 4]]),
              SAMPLE_RATE, subtype="PCM_16")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args())
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(server["url"])
-            page.wait_for_selector("#audio_in")
-            page.locator("#advanced").get_by_text("Advanced").first.click()
-            page.locator("#cache_mode").get_by_text("hooks", exact=True).click()
-            beam = page.locator("#advanced input[type=number]").first
-            beam.fill("5")
-            beam.press("Enter")
-            start = len(server["lines"])
-            page.locator("#audio_in input[type=file]").set_input_files(str(long_file))
-            page.wait_for_function(
-                "() => (document.querySelector('#transcript textarea')?.value || '').length > 20",
-                timeout=180_000)
-            page.close()
-            closed_at = time.monotonic()
-        finally:
-            browser.close()
+    with _browser_page(server["url"]) as page:
+        page.locator("#advanced").get_by_text("Advanced").first.click()
+        page.locator("#cache_mode").get_by_text("hooks", exact=True).click()
+        beam = page.locator("#advanced input[type=number]").first
+        beam.fill("5")
+        beam.press("Enter")
+        start = len(server["lines"])
+        page.locator("#audio_in input[type=file]").set_input_files(str(long_file))
+        page.wait_for_function(
+            "() => (document.querySelector('#transcript textarea')?.value || '').length > 20",
+            timeout=180_000)
+        page.close()
+        closed_at = time.monotonic()
     line = _wait_for_line(server["lines"], start, r"decode (stopped|done)", timeout=120)
     print(f"\n{time.monotonic() - closed_at:.1f} s after the tab closed: {line.strip()}")
     assert "decode stopped" in line and "hooks · beam 5" in line, line
@@ -350,22 +346,14 @@ def test_closing_the_tab_mid_decode_stops_it_and_frees_the_cache(server, tmp_pat
 def test_closing_the_tab_ends_its_live_session(server):
     """A live session whose tab closes is closed at once (Gradio's unload event), not after
     the idle timeout: its decode thread and audio buffer are freed."""
-    sync_api = _playwright()
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args(JFK))
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(server["url"])
-            page.wait_for_selector("#audio_in")
-            page.get_by_role("tab", name="Live").click()  # Gradio draws a tab when it is opened
-            start = len(server["lines"])
-            page.locator("#live-mic").get_by_role("button", name="Record").click()
-            page.wait_for_function(
-                "() => /[1-9][\\d.]* s heard/.test(document.querySelector('#live-stats')?.innerText || '')",
-                timeout=60_000)
-            page.close()
-        finally:
-            browser.close()
+    with _browser_page(server["url"], fake_microphone=JFK) as page:
+        page.get_by_role("tab", name="Live").click()  # Gradio draws a tab when it is opened
+        start = len(server["lines"])
+        page.locator("#live-mic").get_by_role("button", name="Record").click()
+        page.wait_for_function(
+            "() => /[1-9][\\d.]* s heard/.test(document.querySelector('#live-stats')?.innerText || '')",
+            timeout=60_000)
+        page.close()
     line = _wait_for_line(server["lines"], start, r"live session closed", timeout=60)
     heard = float(re.search(r"([\d.]+) s heard", line).group(1))
     assert "page closed" in line and "browser microphone" in line and heard > 0, line

@@ -179,6 +179,7 @@ class LiveTranscriber:
         self._tentative: List[Word] = []
         self._rejected: List[Word] = []  # last hypothesis ignored for losing committed words
         self._rejections_in_row = 0
+        self._after_cut = False  # the last re-decode cut the buffer, keeping its later words
         self._committed_text_cache = ""
 
         self._first_token_ms: Deque[float] = deque(maxlen=history)
@@ -482,8 +483,17 @@ class LiveTranscriber:
                 agreed, reason = len(tail), "pause"
             self._prev_saw_voice_end = saw_voice_end
 
-        newly = tail[:agreed]
+        orphans: List[Word] = []
+        if self._after_cut and prev_tail and tail and not (
+                {w.norm for w in prev_tail} & {w.norm for w in tail[:len(prev_tail) + 2]}):
+            # The cut came too late (a segment's end timestamp placed after the next words
+            # began): the previous hypothesis's words after it are nowhere in this one, and
+            # their audio is gone. Heard once, they are committed rather than lost.
+            orphans, reason = list(prev_tail), "words heard only before the cut kept"
+        self._after_cut = False
+        newly = orphans + tail[:agreed]
         latencies = self._commit(newly, now, record=not final)
+        self._committed_in_buffer -= len(orphans)  # committed, but not in this buffer
         self._tentative = tail[agreed:]
         self._prev_words = words
         trimmed = self._trim(words, start + agreed, final)
@@ -650,6 +660,7 @@ class LiveTranscriber:
         cut = int(round(end_seconds * SAMPLE_RATE))
         removed = self._cut_to(cut, keep_words=True)
         if removed > 0:
+            self._after_cut = True
             self._committed_in_buffer = max(0, committed_upto - n_words)
             self._prev_words = words[n_words:]
             for w in self._prev_words:  # a sentence-end cut may fall inside a segment
