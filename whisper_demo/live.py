@@ -25,7 +25,8 @@ How it works
   end timestamp; past `sentence_cut_seconds`, in the pause after a committed sentence end;
   past `max_buffer_seconds` the cut is forced. So the buffer, the hypothesis and the decoder
   cache are bounded whatever the length of the session. A re-decode after a cut that
-  starts by repeating the committed end does not commit it twice.
+  starts by repeating the committed end does not commit it twice; words that the decode
+  before a cut heard in audio the cut removed are committed, not lost.
 * Silence: an energy gate (adaptive noise floor) skips re-decodes when no new speech came,
   drops silent buffers, and decode.py already refuses windows with a high no_speech_prob.
   After a pause, a hypothesis that two decodes saw in full is committed (pause flush).
