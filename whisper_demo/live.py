@@ -230,6 +230,14 @@ class LiveTranscriber:
                 self._dropped += dropped.size
             self.last_activity = arrived
 
+    def _voice_threshold(self) -> float:
+        """Frame RMS above which a 20 ms frame counts as voice: 3x the noise floor, but
+        never above -34 dBFS (a stream that starts mid-speech must not teach the gate that
+        speech is the noise) nor below voice_rms."""
+        with self._lock:
+            floor = self._noise_floor or 0.0
+        return max(self.voice_rms, min(3.0 * floor, 0.02))
+
     def _voiced(self, samples: np.ndarray) -> bool:
         """Energy gate with an adaptive noise floor: enough 20 ms frames above threshold."""
         n = samples.size // FRAME
@@ -244,9 +252,7 @@ class LiveTranscriber:
                 self._noise_floor = quiet
             else:  # rises slowly, so speech does not lift it
                 self._noise_floor += 0.05 * (quiet - self._noise_floor)
-            # 3x the floor, but never above -34 dBFS: a stream that starts mid-speech
-            # must not teach the gate that speech is the noise.
-            threshold = max(self.voice_rms, min(3.0 * self._noise_floor, 0.02))
+        threshold = self._voice_threshold()
         needed = max(1, min(5, len(frames_rms) // 4))  # 100 ms, less for tiny chunks
         return int(np.count_nonzero(frames_rms > threshold)) >= needed
 
@@ -641,10 +647,7 @@ class LiveTranscriber:
         frames = self._buffer[lo:lo + n * FRAME].reshape(n, FRAME).astype(np.float64)
         rms = np.sqrt(np.mean(frames * frames, axis=1))
         quiet3 = np.convolve(rms, np.ones(3) / 3, mode="valid")  # 60 ms runs
-        with self._lock:
-            floor = self._noise_floor or 0.0
-        threshold = max(self.voice_rms, min(3.0 * floor, 0.02))
-        quiet = np.flatnonzero(quiet3 < threshold)
+        quiet = np.flatnonzero(quiet3 < self._voice_threshold())
         if quiet.size == 0:
             return None
         # The pause nearest the estimate, cut near its start: the next buffer then opens

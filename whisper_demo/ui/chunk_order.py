@@ -11,7 +11,7 @@ So the page numbers its own recordings: `NUMBERING_JS` (put in the page's <head>
 `fetch` and renames each uploaded "audio.wav" (the name Gradio's recorder gives every chunk)
 to "audio.seq00000042.wav", counting in the order the recorder produced them. The server
 reads the number back from the uploaded file's name (`chunk_number`) and a
-`ChunkSequencer` per live session releases chunks in that order. A client that does not
+`ChunkSequencer` per page releases chunks in that order. A client that does not
 number its chunks (an API caller, or a page without the script) keeps arrival order.
 """
 
@@ -73,9 +73,8 @@ class ChunkSequencer:
     sequencer serves all the live sessions of one page.
     """
 
-    def __init__(self, first_number: Optional[int] = 0, max_wait_s: float = 0.4,
-                 clock: Callable[[], float] = time.monotonic):
-        self.next_number = first_number
+    def __init__(self, max_wait_s: float = 0.4, clock: Callable[[], float] = time.monotonic):
+        self.next_number = 0
         self.max_wait_s = max_wait_s
         self.clock = clock
         self._held: List[Tuple[int, float, object]] = []  # heap of (number, arrived at, chunk)
@@ -95,7 +94,7 @@ class ChunkSequencer:
         if number < self._highest:
             self.reordered += 1
         self._highest = max(self._highest, number)
-        if self.next_number is not None and number < self.next_number:
+        if number < self.next_number:
             self.late += 1
             return [chunk]
         heapq.heappush(self._held, (number, self.clock(), chunk))
@@ -111,7 +110,7 @@ class ChunkSequencer:
             if not (in_turn or flush or self.clock() - oldest >= self.max_wait_s):
                 break
             number, _, chunk = heapq.heappop(self._held)
-            if self.next_number is not None and number > self.next_number:
+            if number > self.next_number:
                 self.skipped += number - self.next_number
             self.next_number = number + 1
             out.append(chunk)

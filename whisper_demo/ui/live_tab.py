@@ -32,6 +32,7 @@ from ..live import BackgroundTranscriber, LiveTranscriber, LiveUpdate
 from . import panel
 from .chunk_order import ChunkSequencer, chunk_number
 from .store import Defaults, ModelStore
+from .transcribe_tab import effective_mode
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,6 @@ IDLE_TIMEOUT_S = 300.0  # a session without audio for this long is closed
 REFRESH_S = 0.25  # view refresh while a session is active
 COMMITTED_STYLE = ""
 TENTATIVE_STYLE = "color:#94a3b8;font-style:italic"
-
-
-def effective_mode(cache_on: bool, mode: str) -> str:
-    if not cache_on:
-        return "off"
-    return mode if mode in ("static", "hooks") else "static"
 
 
 class LiveSession:
@@ -156,7 +151,7 @@ def stats_html(live: LiveTranscriber, update: Optional[LiveUpdate],
          f"median · p95 {ms(s.first_token_ms_p95)} · last {ms(s.last_first_token_ms)}"),
         ("Speech → commit", sec(s.commit_s_median), f"median · p95 {sec(s.commit_s_p95)}"),
         ("Buffer", f"{live.buffer_seconds:.1f} s",
-         f"of {s.audio_seconds:.1f} s heard · trimmed at committed segments"
+         f"of {s.audio_seconds:.1f} s heard · trimmed at committed segments and sentences"
          + (f" · audio lost {s.lost_seconds:.1f} s (arrived slower than real time)"
             if s.lost_seconds > 0 else "")
          + (f" · {order.reordered} chunks arrived out of order, put back" if order and order.reordered else "")),
