@@ -26,6 +26,7 @@ from whisper.tokenizer import Tokenizer, get_tokenizer
 
 from .cache import MODULE_FORWARD_LOCK, make_cache
 from .events import DecodeOptions, DecodeResult, Segment, TokenEvent
+from .timing import add_word_timestamps
 
 # openai-whisper transcribe()'s defaults for when to retry a window at a higher temperature
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -88,6 +89,7 @@ def stream_transcribe(
     prompt_tokens: List[int] = []
     window = -1
     seek = 0
+    last_speech_end = 0.0  # of the previous window's words (word timestamps)
 
     while seek < content_frames:
         window += 1
@@ -159,6 +161,10 @@ def stream_transcribe(
         window_segments, advance = split_segments(
             outcome.tokens, tokenizer, time_offset, segment_size, time_precision, input_stride
         )
+        if options.word_timestamps:
+            last_speech_end = add_word_timestamps(
+                window_segments, model, tokenizer, audio_features, segment_size, time_offset,
+                last_speech_end)
         segments.extend(s for s in window_segments if s.text.strip())
         transcript = text_before_window + tokenizer.decode(
             [t for t in outcome.tokens if t < tokenizer.eot])

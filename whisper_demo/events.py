@@ -25,6 +25,7 @@ class DecodeOptions:
     no_speech_threshold: float = 0.6  # skip a window when P(no speech) is above this
     silence_rms: float = 1e-3  # a window quieter than this (about -60 dBFS) is not decoded
     max_tokens_per_window: Optional[int] = None  # default: n_text_ctx // 2 as openai-whisper
+    word_timestamps: bool = False  # Segment.words: when each word was said (timing.py)
 
     def __post_init__(self):
         if self.cache not in CACHE_MODES:
@@ -69,6 +70,7 @@ class Segment:
     end: float
     text: str
     tokens: List[int]
+    words: list = field(default_factory=list)  # timing.Word, with DecodeOptions.word_timestamps
 
 
 @dataclass

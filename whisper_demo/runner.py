@@ -15,10 +15,11 @@ Precision:
   saved. Transcripts may differ slightly from the exact mode's (the benchmark reports WER).
 """
 
+import math
 import threading
 import warnings
 import weakref
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -100,12 +101,16 @@ class DecoderRunner:
                  self._split_heads(b.cross_value(audio_features)).contiguous())
                 for b in self.blocks]
 
-    def forward(self, tokens: Tensor, offset: int, self_kv, cross_kv, logit_positions=None) -> Tensor:
+    def forward(self, tokens: Tensor, offset: int, self_kv, cross_kv, logit_positions=None,
+                cross_qk: Optional[List[Tensor]] = None) -> Tensor:
         """Run `tokens` ([beams, n]) placed at positions offset..offset+n-1.
 
         self_kv: per layer (K, V) buffers [beams, heads, n_ctx or more, head_dim]; the new
         keys and values are written at those positions, and attention reads 0..offset+n-1.
         cross_kv: per layer (K, V) [1, heads, n_audio_ctx, head_dim], shared by all beams.
+        cross_qk: a list to receive, per layer, the cross-attention logits (q.k / sqrt(d),
+        float32, [1, heads, beams * n, n_audio_ctx]) that word timing reads. Asking for them
+        computes that attention explicitly instead of with the fused kernel.
         Returns float32 logits [beams, n or len(logit_positions), vocab].
         """
         n_beams, n_new = tokens.shape
@@ -130,7 +135,12 @@ class DecoderRunner:
             # query rows of one batch, so the shared K/V are never copied per beam.
             h = b.cross_attn_ln(x)
             q = self._split_heads(b.cross_query(h).reshape(1, n_beams * n_new, -1))
-            a = F.scaled_dot_product_attention(q, k_cross, v_cross)
+            if cross_qk is None:
+                a = F.scaled_dot_product_attention(q, k_cross, v_cross)
+            else:
+                qk = (q @ k_cross.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
+                cross_qk.append(qk)
+                a = qk.softmax(dim=-1).to(v_cross.dtype) @ v_cross
             x = x + b.cross_out(self._merge_heads(a).reshape(n_beams, n_new, -1))
 
             x = x + b.mlp_out(F.gelu(b.mlp_in(b.mlp_ln(x))))

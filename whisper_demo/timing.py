@@ -1,0 +1,142 @@
+"""Word timestamps: where in the audio each word of a window was said.
+
+The method is openai-whisper's (`whisper.timing`): the cross-attention of the model's
+alignment heads, standardised and median-filtered, then dynamic time warping between text
+tokens and audio frames; punctuation is merged into its word and over-long words at
+sentence and segment edges are clipped the way `add_word_timestamps` does.
+
+What differs is where the attention comes from. openai-whisper's `find_alignment` runs the
+whole model again (encoder included) with forward hooks on the shared decoder modules. Here
+one functional decoder pass (runner.py) reads the audio features the decode already has: no
+second encoder pass, no hooks on a model other decodes are using, and no vocabulary
+projection (the alignment needs no logits). On tiny.en this costs one batched decoder
+forward plus the DTW, a few tens of milliseconds per window.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import List, Sequence
+
+import numpy as np
+import torch
+from whisper.audio import HOP_LENGTH, SAMPLE_RATE
+from whisper.timing import WordTiming, dtw, median_filter, merge_punctuations
+from whisper.tokenizer import Tokenizer
+
+from .runner import decoder_runner
+
+TOKENS_PER_SECOND = SAMPLE_RATE / (2 * HOP_LENGTH)  # 50 audio positions per second
+MEDIAN_FILTER_WIDTH = 7  # openai-whisper's default
+PREPEND_PUNCTUATION = "\"'“¿([{-"
+APPEND_PUNCTUATION = "\"'.。,，!！?？:：”)]}、"
+SENTENCE_END_MARKS = ".。!！?？"
+
+
+@dataclass(frozen=True)
+class Word:
+    """One word and when it was said, in seconds from the start of the audio."""
+
+    text: str  # as Whisper wrote it, with its leading space and punctuation
+    start: float
+    end: float
+
+
+def align_words(model, tokenizer: Tokenizer, audio_features: torch.Tensor,
+                text_tokens: Sequence[int], num_frames: int) -> List[WordTiming]:
+    """openai-whisper's `find_alignment`, over audio features already computed. Times are
+    in seconds from the start of the window; num_frames is the window's mel frames of
+    real audio (the padding after it is not searched)."""
+    if not text_tokens:
+        return []
+    runner = decoder_runner(model, "exact")
+    tokens = [*tokenizer.sot_sequence, tokenizer.no_timestamps, *text_tokens, tokenizer.eot]
+    device = audio_features.device
+    with torch.inference_mode():
+        cross_kv = runner.cross_keys_values(audio_features[:1])
+        head_dim = runner.d_model // runner.n_head
+        shape = (1, runner.n_head, len(tokens), head_dim)
+        scratch = [(torch.empty(shape, dtype=runner.dtype, device=device),
+                    torch.empty(shape, dtype=runner.dtype, device=device)) for _ in runner.blocks]
+        cross_qk: List[torch.Tensor] = []
+        runner.forward(torch.tensor([tokens], device=device), 0, scratch, cross_kv,
+                       logit_positions=[], cross_qk=cross_qk)
+        layers, heads = model.alignment_heads.indices()
+        weights = torch.stack([cross_qk[layer][0, head] for layer, head in zip(layers.tolist(), heads.tolist())])
+        weights = weights[:, :, : num_frames // 2].softmax(dim=-1)
+        std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
+        weights = median_filter((weights - mean) / std, MEDIAN_FILTER_WIDTH)
+        matrix = weights.mean(dim=0)[len(tokenizer.sot_sequence): -1].cpu()
+    text_indices, time_indices = dtw(-matrix.double())
+
+    words, word_tokens = tokenizer.split_to_word_tokens(list(text_tokens) + [tokenizer.eot])
+    if len(word_tokens) <= 1:
+        return []
+    boundaries = np.pad(np.cumsum([len(t) for t in word_tokens[:-1]]), (1, 0))
+    jumps = np.pad(np.diff(text_indices), (1, 0), constant_values=1).astype(bool)
+    jump_times = time_indices[jumps] / TOKENS_PER_SECOND
+    starts, ends = jump_times[boundaries[:-1]], jump_times[boundaries[1:]]
+    return [WordTiming(word, toks, float(start), float(end), float("nan"))
+            for word, toks, start, end in zip(words, word_tokens, starts, ends)]
+
+
+def add_word_timestamps(segments, model, tokenizer: Tokenizer, audio_features: torch.Tensor,
+                        num_frames: int, time_offset: float, last_speech_end: float) -> float:
+    """Give each of one window's segments its `words` (Word, in stream seconds), following
+    openai-whisper's `add_word_timestamps`. Returns the end of the last speech, which the
+    next window's call takes as `last_speech_end`."""
+    per_segment = [[t for t in s.tokens if t < tokenizer.eot] for s in segments]
+    alignment = align_words(model, tokenizer, audio_features,
+                            list(itertools.chain.from_iterable(per_segment)), num_frames)
+    if not alignment:
+        return last_speech_end
+    durations = np.array([t.end - t.start for t in alignment])
+    durations = durations[durations.nonzero()]
+    median = min(0.7, float(np.median(durations))) if len(durations) else 0.0
+    longest = median * 2
+
+    # A word next to a sentence end may swallow the pause after it: clip it.
+    for i in range(1, len(alignment)):
+        if alignment[i].end - alignment[i].start > longest:
+            if alignment[i].word in SENTENCE_END_MARKS:
+                alignment[i].end = alignment[i].start + longest
+            elif alignment[i - 1].word in SENTENCE_END_MARKS:
+                alignment[i].start = alignment[i].end - longest
+    merge_punctuations(alignment, PREPEND_PUNCTUATION, APPEND_PUNCTUATION)
+
+    index = 0
+    for segment, tokens in zip(segments, per_segment):
+        words, taken = [], 0
+        while index < len(alignment) and taken < len(tokens):
+            timing = alignment[index]
+            if timing.word:
+                words.append([timing.word, time_offset + timing.start, time_offset + timing.end])
+            taken += len(timing.tokens)
+            index += 1
+        if words:
+            _clip_segment_edges(words, segment, median, longest, last_speech_end)
+            last_speech_end = segment.end
+        segment.words = [Word(text, round(start, 2), round(end, 2)) for text, start, end in words]
+    return last_speech_end
+
+
+def _clip_segment_edges(words, segment, median: float, longest: float, last_speech_end: float) -> None:
+    """openai-whisper's clipping of the first word after a pause and of segment edges that
+    the DTW stretched into silence; the segment's own timestamps win where they are tighter."""
+    first, last = words[0], words[-1]
+    if first[2] - last_speech_end > median * 4 and (
+            first[2] - first[1] > longest
+            or (len(words) > 1 and words[1][2] - first[1] > longest * 2)):
+        if len(words) > 1 and words[1][2] - words[1][1] > longest:
+            boundary = max(words[1][2] / 2, words[1][2] - longest)
+            first[2] = words[1][1] = boundary
+        first[1] = max(0.0, first[2] - longest)
+    if segment.start < first[2] and segment.start - 0.5 > first[1]:
+        first[1] = max(0.0, min(first[2] - median, segment.start))
+    else:
+        segment.start = first[1]
+    if segment.end > last[1] and segment.end + 0.5 < last[2]:
+        last[2] = max(last[1] + median, segment.end)
+    else:
+        segment.end = last[2]
