@@ -1,8 +1,7 @@
-"""LiveTranscriber: chunked real speech through the real tiny.en model, LocalAgreement
-commits that are never taken back, silence, bounded memory, and the commit policy on
-scripted hypotheses (no model)."""
+"""Live sessions: real speech through the real tiny.en model and Silero VAD, committed text
+that only grows, silence that is never decoded, bounded memory; and the session's own
+bookkeeping (prompt, cuts, clocks) with a scripted decoder, deterministically."""
 
-import re
 import threading
 import time
 
@@ -10,27 +9,15 @@ import numpy as np
 import psutil
 import pytest
 
-from whisper_demo import live as live_mod
 from whisper_demo.decode import transcribe
 from whisper_demo.events import DecodeOptions, DecodeResult, Segment, TokenEvent
-from whisper_demo.live import BackgroundTranscriber, LiveTranscriber, LiveUpdate, drain
+from whisper_demo.live import (LiveConfig, LiveSession, LiveUpdate, LiveWorker, SessionRegistry,
+                               drain, model_decoder)
+from whisper_demo.live import worker as worker_mod
+from whisper_demo.text import word_edits
+from whisper_demo.timing import Word
 
 SR = 16000
-
-
-def words(text):
-    return [w for w in re.sub(r"[^\w' ]", " ", text.lower()).split() if w]
-
-
-def word_distance(a, b):
-    a, b = words(a), words(b)
-    prev = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        cur = [i] + [0] * len(b)
-        for j, y in enumerate(b, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y))
-        prev = cur
-    return prev[-1]
 
 
 class CommitLog:
@@ -48,24 +35,24 @@ class CommitLog:
         self.updates.append(update)
 
 
-def stream_file(model, samples, chunk_seconds, *, as_browser=False, **kwargs):
-    """Feed `samples` chunk by chunk, re-decoding whenever the transcriber is ready."""
-    live = LiveTranscriber(model, DecodeOptions(), **kwargs)
+def stream_file(model, samples, chunk_seconds, *, as_browser=False, config=None):
+    """Feed `samples` chunk by chunk, draining the updates after each (no clock in play)."""
+    session = LiveSession(model_decoder(model, DecodeOptions()), config)
     log = CommitLog()
     n = int(chunk_seconds * SR)
     for start in range(0, len(samples), n):
         chunk = samples[start:start + n]
         if as_browser:  # what gr.Audio(streaming=True) sends: 48 kHz int16
             import soxr
-            live.add_audio(48000, (soxr.resample(chunk, SR, 48000) * 32767).astype(np.int16))
+            session.add_audio(48000, (soxr.resample(chunk, SR, 48000) * 32767).astype(np.int16))
         else:
-            live.add_audio(SR, chunk)
-        for item in live.updates():
+            session.add_audio(SR, chunk)
+        for item in session.updates():
             if isinstance(item, LiveUpdate):
                 log.check(item)
-    final = drain(live.finish())
+    final = drain(session.finish())
     log.check(final)
-    return live, log, final
+    return session, log, final
 
 
 @pytest.fixture(scope="module")
@@ -80,351 +67,275 @@ def offline(tiny_model, clip):
     return get
 
 
+def repeated_4grams(text: str) -> int:
+    from whisper_demo.text import words
+    w = words(text)
+    grams = [tuple(w[i:i + 4]) for i in range(len(w) - 3)]
+    return len(grams) - len(set(grams))
+
+
 # --------------------------------------------------------------------- real model
 
 
-@pytest.mark.parametrize("chunk_seconds,as_browser", [(0.3, False), (0.5, True), (1.0, False)])
-def test_chunked_jfk_commits_offline_transcript(tiny_model, clip, offline, chunk_seconds, as_browser):
-    live, log, final = stream_file(tiny_model, clip("jfk.wav"), chunk_seconds, as_browser=as_browser)
+@pytest.mark.parametrize("chunk_seconds,as_browser", [(0.1, True), (0.3, False), (1.0, False)])
+def test_chunked_jfk_commits_the_offline_transcript(tiny_model, clip, offline, chunk_seconds, as_browser):
+    session, log, final = stream_file(tiny_model, clip("jfk.wav"), chunk_seconds, as_browser=as_browser)
     reference = offline("jfk.wav")
-    assert word_distance(final.committed, reference) <= 2, (final.committed, reference)
+    assert word_edits(final.committed, reference) <= 1, (final.committed, reference)
     assert final.tentative == "" and final.final
-    # text was committed before the end, not only by finish()
-    assert any(u.new_committed for u in log.updates[:-1])
-    assert abs(final.audio_seconds - len(clip("jfk.wav")) / SR) < 0.01  # nothing dropped
-    stats = live.stats()
-    assert stats.decodes >= 3 and stats.first_token_ms_median is not None
+    assert any(u.new_committed for u in log.updates[:-1]), "nothing committed before the end"
+    stats = session.stats()
+    assert stats.audio_seconds == pytest.approx(len(clip("jfk.wav")) / SR, abs=0.01)
+    assert stats.dropped_seconds == 0.0
+    assert stats.decodes >= 3
 
 
-def test_25s_speech_trims_buffer_and_prompts(tiny_model, clip, offline, transcripts):
-    live, log, final = stream_file(tiny_model, clip("speech_25s.wav"), 1.0, min_new_seconds=2.0)
+def test_the_same_stream_always_gives_the_same_text(tiny_model, clip):
+    audio = np.concatenate([clip("short_3s.wav"), np.zeros(SR // 2, np.float32), clip("jfk.wav")])
+    texts = {stream_file(tiny_model, audio, 0.1)[2].committed for _ in range(2)}
+    assert len(texts) == 1, texts
+
+
+def test_25s_of_speech_is_cut_and_prompted_and_stays_close_to_offline(tiny_model, clip, offline, transcripts):
+    session, log, final = stream_file(tiny_model, clip("speech_25s.wav"), 0.5)
     reference, truth = offline("speech_25s.wav"), transcripts["speech_25s.wav"]
-    # tiny.en hears the first 5 s as "But whenever today..." (offline too, given only 5 s):
-    # LocalAgreement commits that early. So: close to offline (~10% of 75 words), and as
-    # close to the true text as offline is, give or take 3 words.
-    assert word_distance(final.committed, reference) <= 8, (final.committed, reference)
-    assert word_distance(final.committed, truth) <= word_distance(reference, truth) + 3
-    assert any(u.trimmed_seconds > 0 for u in log.updates[:-1]), "buffer was never trimmed"
-    assert max(u.buffer_seconds for u in log.updates) < 25.0
+    assert word_edits(final.committed, reference) <= 4, (final.committed, reference)
+    assert word_edits(final.committed, truth) <= word_edits(reference, truth) + 2
+    assert any(u.trimmed_seconds > 0 for u in log.updates[:-1]), "the buffer was never cut"
+    assert max(u.stats.buffer_seconds for u in log.updates) < 25.0
+    assert repeated_4grams(final.committed) == 0, final.committed
 
 
-def test_silence_adds_no_text(tiny_model):
-    live = LiveTranscriber(tiny_model, DecodeOptions())
+def test_silence_and_hiss_are_never_decoded(tiny_model):
+    session = LiveSession(model_decoder(tiny_model, DecodeOptions()))
     rng = np.random.default_rng(0)
     chunks = [np.zeros(8000, np.float32)] * 10  # digital silence
-    chunks += [(rng.standard_normal(8000) * 0.002).astype(np.float32) for _ in range(10)]  # hiss
+    chunks += [(rng.standard_normal(8000) * 0.01).astype(np.float32) for _ in range(10)]  # hiss
     for c in chunks:
-        live.add_audio(SR, c)
-        for item in live.updates():
-            assert not isinstance(item, TokenEvent), "a silent stream was decoded"
-    final = drain(live.finish())
+        session.add_audio(SR, c)
+        for item in session.updates():
+            assert not isinstance(item, TokenEvent), "a stream without speech was decoded"
+    final = drain(session.finish())
     assert final.committed == "" and final.tentative == ""
-    assert live.stats().decodes == 0 and live.buffer_seconds <= 0.5
+    assert session.stats().decodes == 0 and session.buffer_seconds <= 0.5
 
 
-def test_pause_commits_and_silence_after_speech_adds_nothing(tiny_model, clip, offline):
-    live = LiveTranscriber(tiny_model, DecodeOptions())
+def test_a_pause_commits_the_utterance_after_one_decode(tiny_model, clip, offline):
+    session = LiveSession(model_decoder(tiny_model, DecodeOptions()))
     log = CommitLog()
-    audio = np.concatenate([clip("short_3s.wav"), np.zeros(5 * SR, np.float32)])
-    for start in range(0, len(audio), SR):
-        live.add_audio(SR, audio[start:start + SR])
-        for item in live.updates():
+    audio = np.concatenate([clip("short_3s.wav"), np.zeros(3 * SR, np.float32)])
+    for start in range(0, len(audio), SR // 10):
+        session.add_audio(SR, audio[start:start + SR // 10])
+        for item in session.updates():
             if isinstance(item, LiveUpdate):
                 log.check(item)
-    # the pause alone (no finish()) committed the whole sentence
-    assert word_distance(live.committed_text, offline("short_3s.wav")) <= 1, live.committed_text
-    assert live.tentative_text == ""
-    committed = live.committed_text
-    skipped_before = live.stats().skipped
-    for _ in range(6):  # more silence: skipped without decoding, adds nothing
-        live.add_audio(SR, np.zeros(SR, np.float32))
-        for item in live.updates():
+    # the pause alone (no finish()) committed the whole sentence, by one decode
+    assert word_edits(session.committed_text, offline("short_3s.wav")) <= 1, session.committed_text
+    assert any(u.reason == "end of speech" and u.new_committed for u in log.updates)
+    assert session.tentative_text == ""
+    decodes, committed = session.stats().decodes, session.committed_text
+    for _ in range(30):  # more silence: not decoded, adds nothing
+        session.add_audio(SR, np.zeros(SR // 10, np.float32))
+        for item in session.updates():
             assert not isinstance(item, TokenEvent)
-    assert live.stats().skipped > skipped_before
-    assert drain(live.finish()).committed == committed
+    assert session.stats().decodes == decodes
+    assert drain(session.finish()).committed == committed
 
 
-def test_memory_bounded_over_ten_minutes(tiny_model, clip):
-    """10 minutes of audio (JFK looped, with pauses), fed as fast as it decodes."""
-    jfk = clip("jfk.wav")
-    period = np.concatenate([jfk, np.zeros(109 * SR, np.float32)])  # 120 s
-    live = LiveTranscriber(tiny_model, DecodeOptions(), min_new_seconds=5.0)
-    rss = []
-    max_buffer = 0.0
+def test_memory_stays_bounded_over_five_minutes_of_speech(tiny_model, clip):
+    """Five minutes of real speech (three clips looped with short pauses), fed as fast as
+    it decodes. Holding the audio would take 19 MiB (float32); the session holds at most
+    one window of it, and RSS grows by less than what keeping the audio would cost."""
+    pause = np.zeros(SR // 2, np.float32)
+    period = np.concatenate([clip("speech_25s.wav"), pause, clip("jfk.wav"), pause, clip("short_3s.wav"), pause])
+    loops = int(np.ceil(300 * SR / len(period)))
+    session = LiveSession(model_decoder(tiny_model, DecodeOptions()), LiveConfig(min_new_seconds=3.0))
     process = psutil.Process()
-    started = time.monotonic()
-    for loop in range(5):
+    rss, held = [], []
+    for loop in range(loops):
         for start in range(0, len(period), SR):
-            live.add_audio(SR, period[start:start + SR])
-            update = drain(live.updates())
-            if update is not None:
-                max_buffer = max(max_buffer, update.buffer_seconds)
+            session.add_audio(SR, period[start:start + SR])
+            drain(session.updates())
+            held.append((session.buffer_seconds, len(session._arrivals), len(session.vad._voiced)))
         rss.append(process.memory_info().rss)
-    final = drain(live.finish())
-    assert final.audio_seconds == pytest.approx(600.0)
-    assert max_buffer <= 30.0
-    assert len(live._arrivals) < 100 and len(live._prev_words) < 100
-    assert final.committed.lower().count("country") >= 8, final.committed  # 2 per loop
-    growth = rss[-1] - rss[0]
-    assert growth < 64 * 2**20, f"RSS grew {growth / 2**20:.0f} MiB over 8 minutes of audio"
-    assert time.monotonic() - started < 240
+    final = drain(session.finish())
+    assert final.stats.audio_seconds == pytest.approx(loops * len(period) / SR)
+    assert max(b for b, _, _ in held) <= 29.5
+    assert max(a for _, a, _ in held) <= 30  # one arrival mark per 1 s chunk held
+    assert max(v for _, _, v in held) <= 29.5 * SR / 512 + 1  # VAD decisions for the buffer only
+    assert final.committed.lower().count("country") >= 2 * loops - 2, final.committed
+    growth = rss[-1] - rss[0]  # from the end of the first loop: the allocator has warmed up
+    assert growth < 12 * 2**20, f"RSS grew {growth / 2**20:.0f} MiB"
 
 
-# Real-time: audio is played by a thread while decodes run in another, so which
-# hypotheses the agreement policy compares depends on scheduling on 2 busy cores; a rerun
-# absorbs a slow scheduler, while the assertions keep their full strength.
-@pytest.mark.flaky(reruns=2)
-def test_background_worker_buffers_audio_during_decodes(tiny_model, clip, offline):
-    """Chunks arrive in real time from another thread while decodes run: none is lost."""
+def test_a_worker_fed_in_real_time_loses_no_audio(tiny_model, clip, offline):
+    """Chunks arrive in real time from another thread while decodes run. Whatever the
+    scheduling: nothing is lost, committed text only grows, the final text is within one
+    word of the offline transcript."""
     audio = clip("jfk.wav")
-    worker = BackgroundTranscriber(LiveTranscriber(tiny_model, DecodeOptions()))
-    seen_busy = 0
-    n = SR // 2
+    worker = LiveWorker(LiveSession(model_decoder(tiny_model, DecodeOptions())))
+    log = CommitLog()
+    seen = []
+    n = SR // 10
     t0 = time.monotonic()
     for i, start in enumerate(range(0, len(audio), n)):
-        delay = t0 + i * 0.5 - time.monotonic()
+        delay = t0 + i * 0.1 - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        seen_busy += worker.live.busy
         worker.feed(SR, audio[start:start + n])
+        view = worker.view()
+        if view.update is not None and view.update not in seen:
+            seen.append(view.update)
+            log.check(view.update)
     final = worker.finish(timeout=120)
-    assert worker.error is None
+    assert worker.view().error is None
     assert final is not None and final.final
-    assert final.audio_seconds == pytest.approx(len(audio) / SR)
-    assert seen_busy > 0  # chunks did arrive during decodes
-    assert word_distance(final.committed, offline("jfk.wav")) <= 2, final.committed
-    stats = worker.live.stats()
-    print(f"\nreal time jfk: first token median {stats.first_token_ms_median:.0f} ms "
-          f"p95 {stats.first_token_ms_p95:.0f} ms; speech->commit median {stats.commit_s_median} s")
+    log.check(final)
+    assert final.stats.audio_seconds == pytest.approx(len(audio) / SR)
+    assert final.stats.dropped_seconds == 0.0
+    assert word_edits(final.committed, offline("jfk.wav")) <= 1, final.committed
+    stats = final.stats
+    print(f"\nreal time jfk: first token median {stats.first_token_ms_median:.0f} ms, "
+          f"speech->commit median {stats.commit_s_median} s")
 
 
-# --------------------------------------------------------------------- scripted (no model)
+# --------------------------------------------------------------------- scripted decoder
 
 
-def _result(*segments):
-    """segments: (start, end, text) in buffer seconds."""
-    segs = [Segment(s, e, " " + t, []) for s, e, t in segments]
-    text = "".join(s.text for s in segs).strip()
-    return DecodeResult(text=text, tokens=[], segments=segs, language="en", cache_mode="static",
-                        beam_size=1, n_tokens=1, decode_seconds=0.0, encoder_ms=0.0,
-                        tokens_per_second=0.0, mean_latency_ms=0.0, p95_latency_ms=0.0,
-                        peak_self_cache_bytes=0, peak_cross_cache_bytes=0, peak_rss_bytes=0)
+class LoudVoice:
+    """A stand-in voice detector: a 32 ms frame is voiced when its peak passes 0.1."""
+
+    FRAME = 512
+
+    def __init__(self):
+        self.flags, self.first, self.last_voice_end, self._remainder = [], 0, -1, np.zeros(0, np.float32)
+
+    def add(self, samples):
+        data = np.concatenate([self._remainder, samples])
+        n = data.size // self.FRAME
+        self._remainder = data[n * self.FRAME:]
+        for i in range(n):
+            voiced = bool(np.abs(data[i * self.FRAME:(i + 1) * self.FRAME]).max() > 0.1)
+            self.flags.append(voiced)
+            if voiced:
+                self.last_voice_end = (self.first + len(self.flags)) * self.FRAME
+
+    def voiced_seconds(self, start, end=None):
+        lo = max(0, start // self.FRAME - self.first)
+        return sum(self.flags[lo:]) * self.FRAME / SR
+
+    def forget_before(self, sample):
+        drop = min(len(self.flags), max(0, sample // self.FRAME - self.first))
+        del self.flags[:drop]
+        self.first += drop
+
+    def pause_after(self, sample, within, min_frames=2):
+        return None
 
 
-@pytest.fixture
-def scripted(monkeypatch):
-    """Replace stream_transcribe with a script of hypotheses; record each call's input."""
-    calls = []
+class Script:
+    """A decoder that answers each call with the next scripted list of (word, start, end)
+    (times relative to the buffer), and records what it was given."""
 
-    def install(script):
-        def fake(model, audio, options):
-            calls.append((len(audio) / SR, options.prompt))
-            result = script[min(len(calls) - 1, len(script) - 1)]
-            yield TokenEvent(step=0, window=0, token_id=1, text="", transcript=result.text,
-                             latency_ms=1.0, cache_tokens=4, cache_capacity=448,
-                             self_cache_bytes=1, self_cache_reserved_bytes=1, cross_cache_bytes=1,
-                             rss_bytes=1, cache_mode="static", beam_size=1)
-            yield result
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.calls = []  # (buffer seconds, prompt)
 
-        monkeypatch.setattr(live_mod, "stream_transcribe", fake)
-        return calls
-
-    return install
-
-
-def _voice(seconds):
-    t = np.arange(int(seconds * SR)) / SR
-    return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    def __call__(self, audio, prompt):
+        self.calls.append((audio.size / SR, prompt))
+        words = self.answers.pop(0) if self.answers else []
+        yield TokenEvent(step=0, window=0, token_id=1, text="", transcript=" ".join(w for w, _, _ in words),
+                         latency_ms=1.0, cache_tokens=1, cache_capacity=448, self_cache_bytes=0,
+                         self_cache_reserved_bytes=0, cross_cache_bytes=0, rss_bytes=0,
+                         cache_mode="static", beam_size=1)
+        segment = Segment(0.0, words[-1][2] if words else 0.0, " ".join(w for w, _, _ in words), [],
+                          [Word(" " + w, a, b) for w, a, b in words])
+        yield DecodeResult(text=segment.text, tokens=[], segments=[segment] if words else [],
+                           language="en", cache_mode="static", beam_size=1, n_tokens=1,
+                           decode_seconds=0.001, encoder_ms=5.0, tokens_per_second=1.0,
+                           mean_latency_ms=1.0, p95_latency_ms=1.0, peak_self_cache_bytes=0,
+                           peak_cross_cache_bytes=0, peak_rss_bytes=0)
 
 
-def test_local_agreement_commits_common_prefix_only(scripted):
-    calls = scripted([
-        _result((0, 1, "hello there")),
-        _result((0, 2, "hello there general")),
-        _result((0, 3, "Hello, there! General Kenobi")),  # punctuation and case don't matter
-        _result((0, 4, "hello there general kenobi you are")),
-    ])
-    live = LiveTranscriber(None, min_new_seconds=1.0)
-    log = CommitLog()
-    for _ in range(4):
-        live.add_audio(SR, _voice(1.0))
-        log.check(drain(live.updates()))
-    assert [u.new_committed for u in log.updates] == ["", "hello there", "General", "kenobi"]
-    assert log.updates[-1].tentative == "you are"
-    assert live.committed_text == "hello there General kenobi"
-    assert calls[0][1] is None  # nothing committed before the buffer: no prompt
+def loud(seconds):
+    return np.full(int(seconds * SR), 0.5, np.float32)
 
 
-def test_respelt_committed_word_does_not_block_agreement(scripted):
-    scripted([
-        _result((0, 1, "ask not what")),
-        _result((0, 2, "ask not what your")),
-        _result((0, 3, "as not what your country can")),  # an earlier word re-spelt
-        _result((0, 4, "as not what your country can do")),
-    ])
-    live = LiveTranscriber(None)
-    for _ in range(4):
-        live.add_audio(SR, _voice(1.0))
-        drain(live.updates())
-    assert live.committed_text == "ask not what your country can"
+def quiet(seconds):
+    return np.zeros(int(seconds * SR), np.float32)
 
 
-def test_trim_at_committed_segment_and_prompt_with_committed_text(scripted):
-    calls = scripted([
-        _result((0, 1.5, "One sentence."), (1.5, 2.0, "Two")),
-        _result((0, 1.5, "One sentence."), (1.5, 3.0, "Two words")),
-        _result((0, 1.5, "Two words here")),  # after the cut at 1.5 s
-        _result((0, 2.5, "Two words here now")),
-    ])
-    live = LiveTranscriber(None)
-    updates = []
-    for _ in range(4):
-        live.add_audio(SR, _voice(1.0) if len(updates) < 3 else _voice(1.0))
-        updates.append(drain(live.updates()))
-    assert updates[1].new_committed == "One sentence. Two"
-    assert updates[1].trimmed_seconds == pytest.approx(1.5)
-    assert calls[2] == (pytest.approx(1.5), "One sentence.")  # buffer 3.0 - 1.5 + 0 new, prompt
-    assert live.committed_text == "One sentence. Two words here"
-
-
-def test_hypothesis_that_drops_committed_words_is_ignored(scripted):
-    scripted([
-        _result((0, 1, "ask what you")),
-        _result((0, 2, "ask what you can do")),
-        _result((0, 3, "country.")),  # the decoder jumped ahead and lost what it agreed on
-    ])
-    live = LiveTranscriber(None)
+def test_scripted_session_commits_agreement_prompts_and_cuts():
+    script = Script(
+        [("It", 0.1, 0.4), ("is", 0.4, 0.6)],
+        [("It", 0.1, 0.4), ("is", 0.4, 0.6), ("late.", 0.6, 1.0)],
+        [("It", 0.1, 0.4), ("is", 0.4, 0.6), ("late.", 0.6, 1.0), ("We", 1.4, 1.6)],
+    )
+    config = LiveConfig(min_new_seconds=0.5, cut_after_seconds=1.2, max_buffer_seconds=25.0)
+    session = LiveSession(script, config, vad=LoudVoice())
+    committed = []
     for _ in range(3):
-        live.add_audio(SR, _voice(1.0))
-        update = drain(live.updates())
-    assert "ignored" in update.reason and update.tentative == "can do"
-    final = drain(live.finish())
-    assert final.committed == "ask what you can do country."
+        session.add_samples(loud(0.6))
+        update = drain(session.updates())
+        committed.append(update.new_committed)
+    assert committed == ["", "It is", "late."]
+    # the buffer (1.8 s) passed cut_after_seconds: it was cut after "late." (1.0 s)
+    assert session._offset == SR
+    session.add_samples(loud(0.6))
+    drain(session.updates())
+    assert script.calls[-1][1] == "It is late."  # the prompt: committed text before the buffer
+    assert script.calls[0][1] is None
 
 
-def test_one_misheard_committed_word_does_not_stall_the_session(scripted):
-    """Seen through the browser: "But" committed from the first second of audio, then every
-    later decode began "The weather today ..." and was ignored as disagreeing, so nothing
-    more was committed for 20 s. A re-spelt single word is no disagreement; and a decoder
-    that keeps disagreeing is heard after MAX_REJECTIONS decodes."""
-    scripted([
-        _result((0, 1, "But when")),
-        _result((0, 2, "But whenever today")),
-        _result((0, 3, "the weather today is cool")),
-        _result((0, 4, "the weather today is cool and cloudy")),
-    ])
-    live = LiveTranscriber(None)
-    for _ in range(4):
-        live.add_audio(SR, _voice(1.0))
-        drain(live.updates())
-    assert live.committed_text == "But weather today is cool"
-
-
-def test_a_decoder_that_keeps_disagreeing_is_heard_in_the_end(scripted):
-    scripted([
-        _result((0, 1, "ask what you")),
-        _result((0, 2, "ask what you can do")),
-        _result((0, 3, "country.")),  # lost what it agreed on: ignored...
-        _result((0, 4, "country. And so")),  # ...twice...
-        _result((0, 5, "country. And so on")),  # ...then it votes again
-        _result((0, 6, "country. And so on and")),
-    ])
-    live = LiveTranscriber(None)
-    reasons = []
-    for _ in range(6):
-        live.add_audio(SR, _voice(1.0))
-        reasons.append(drain(live.updates()).reason)
-    assert [("ignored" in r) for r in reasons] == [False, False, True, True, False, False]
-    assert live_mod.MAX_REJECTIONS == 2
-    assert live.committed_text.startswith("ask what you") and live.committed_text.endswith("And so on")
-
-
-def test_buffer_is_cut_in_the_pause_after_a_committed_sentence(scripted):
-    """tiny.en often returns one segment for many seconds of speech, so there is no segment
-    boundary to cut at; the cut goes in the pause after a committed sentence end, once the
-    buffer is longer than sentence_cut_seconds, and nothing is committed twice after it."""
-    calls = scripted([_result((0, 30, "Aaaa bbbb cccc. Dddd eeee"))] * 5
-                     + [_result((0, 30, "Dddd eeee ffff"))] * 2)
-    live = LiveTranscriber(None, sentence_cut_seconds=5.0)
-    pause = np.zeros(SR // 2, np.float32)  # 3.0-3.5 s
-    chunks = [_voice(1.0)] * 3 + [np.concatenate([pause, _voice(0.5)])] + [_voice(1.0)] * 3
-    trims = []
-    for chunk in chunks:
-        live.add_audio(SR, chunk)
-        update = drain(live.updates())
-        trims.append(round(update.trimmed_seconds, 2))
-    cut = [t for t in trims if t]
-    assert len(cut) == 1 and 3.0 <= cut[0] <= 3.5, trims  # in the pause, not in a word
-    assert trims.index(cut[0]) == 4  # the first decode with a buffer over 5 s
-    assert calls[-1] == (pytest.approx(7.0 - cut[0], abs=0.01), "Aaaa bbbb cccc.")  # the rest, prompted
-    assert live.committed_text == "Aaaa bbbb cccc. Dddd eeee ffff"
-
-
-def test_words_whose_audio_a_late_cut_removed_are_kept(scripted):
-    """A segment end timestamp placed after the next words began: the cut removes their
-    audio, and the next decode no longer hears them (seen: "... can do for you country."
-    for "... can do for you, ask what you can do for your country."). The words the
-    previous decode heard there are committed rather than lost."""
-    scripted([
-        _result((0, 2, "One two.")),
-        _result((0, 2, "One two."), (2, 3, "three four")),  # cut at 2 s; "three four" tentative
-        _result((0, 1, "five.")),  # after the cut: "three four" is gone from the audio
-    ])
-    live = LiveTranscriber(None)
-    reasons = []
+def test_a_looping_decoder_is_not_believed():
+    script = Script(*[[("aaaa" * 30, 0.1, 1.0)]] * 3)
+    session = LiveSession(script, LiveConfig(), vad=LoudVoice())
     for _ in range(3):
-        live.add_audio(SR, _voice(1.0))
-        reasons.append(drain(live.updates()).reason)
-    assert "kept" in reasons[2]
-    final = drain(live.finish())
-    assert final.committed == "One two. three four five."
+        session.add_samples(loud(0.6))
+        update = drain(session.updates())
+    assert update.committed == "" and "looped" in update.reason
 
 
-def test_forced_trim_keeps_buffer_bounded(scripted):
-    # Hypotheses never agree (a new word each time): the buffer must still be cut.
-    script = [_result((0, 1 + i, " ".join(f"w{i}x{j}" for j in range(3)))) for i in range(40)]
-    scripted(script)
-    live = LiveTranscriber(None, max_buffer_seconds=10.0)
-    for _ in range(40):
-        live.add_audio(SR, _voice(1.0))
-        drain(live.updates())
-        assert live.buffer_seconds <= 11.0
-    assert live.committed_text  # forced commits happened
-
-
-def test_add_audio_is_thread_safe_and_idle_clock(scripted):
-    scripted([_result((0, 1, "hi"))])
+def test_add_audio_is_thread_safe_and_the_idle_clock_moves():
     now = [100.0]
-    live = LiveTranscriber(None, clock=lambda: now[0])
-    threads = [threading.Thread(target=lambda: [live.add_audio(48000, np.zeros(4800, np.int16))
+    session = LiveSession(Script(), vad=LoudVoice(), clock=lambda: now[0])
+    threads = [threading.Thread(target=lambda: [session.add_audio(48000, np.zeros(4800, np.int16))
                                                 for _ in range(50)]) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert live.audio_seconds == pytest.approx(4 * 50 * 0.1)
+    assert session.audio_seconds == pytest.approx(4 * 50 * 0.1)
     now[0] = 160.0
-    assert live.idle_seconds() == pytest.approx(60.0)
-    live.add_audio(SR, np.zeros(10, np.float32))
-    assert live.idle_seconds() == 0.0
+    assert session.idle_seconds() == pytest.approx(60.0)
+    session.add_audio(SR, np.zeros(10, np.float32))
+    assert session.idle_seconds() == 0.0
 
 
 def test_audio_lost_when_received_audio_falls_behind_the_clock():
     """Chunks late but complete: nothing lost; a missing chunk: its length shows as lost."""
     now = [100.0]
-    live = LiveTranscriber(None, DecodeOptions(), clock=lambda: now[0])
+    session = LiveSession(Script(), vad=LoudVoice(), clock=lambda: now[0])
     chunk = np.zeros(SR // 2, dtype=np.float32)
     for t in (0.0, 0.5, 1.2, 1.3, 2.0):  # jittery, bunched: all 5 chunks there
         now[0] = 100.0 + t
-        live.add_samples(chunk)
-    assert live.stats().lost_seconds == 0.0
+        session.add_samples(chunk)
+    assert session.stats().lost_seconds == 0.0
     now[0] = 100.0 + 4.0  # 2.0 s of wall clock, one 0.5 s chunk: 1.5 s never arrived
-    live.add_samples(chunk)
-    assert live.stats().lost_seconds == pytest.approx(1.5)
+    session.add_samples(chunk)
+    assert session.stats().lost_seconds == pytest.approx(1.5)
     now[0] = 100.0 + 6.0  # nothing more arrives: the gap grows with the clock...
-    assert live.stats().lost_seconds == pytest.approx(3.0)
-    live.finished = True  # ...until the session is finished
-    assert live.stats().lost_seconds == pytest.approx(1.5)
+    assert session.stats().lost_seconds == pytest.approx(3.0)
+    drain(session.finish())  # ...until the session is finished
+    assert session.stats().lost_seconds == pytest.approx(1.5)
+
+
+def test_a_stalled_decoder_drops_the_oldest_audio_and_says_so():
+    session = LiveSession(Script(), LiveConfig(max_backlog_seconds=2.0), vad=LoudVoice())
+    for _ in range(5):
+        session.add_samples(quiet(1.0))
+    update = drain(session.finish())
+    assert update.stats.dropped_seconds == pytest.approx(3.0)
 
 
 def test_decode_thread_runs_at_lower_priority():
@@ -435,14 +346,52 @@ def test_decode_thread_runs_at_lower_priority():
     seen = {}
 
     def probe():
-        live_mod._lower_thread_priority()
+        worker_mod.lower_thread_priority()
         seen["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
     t = threading.Thread(target=probe)
     t.start()
     t.join()
-    assert seen["nice"] >= min(19, live_mod.DECODE_NICENESS)
+    assert seen["nice"] >= min(19, worker_mod.DECODE_NICENESS)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < seen["nice"]  # only that thread
+
+
+def test_worker_views_are_snapshots_and_errors_are_shown():
+    def broken(audio, prompt):
+        raise RuntimeError("decoder exploded")
+        yield  # a generator
+
+    worker = LiveWorker(LiveSession(broken, LiveConfig(min_new_seconds=0.1), vad=LoudVoice()))
+    before = worker.view()
+    worker.feed_samples(loud(0.5))
+    assert worker.done.wait(10)
+    after = worker.view()
+    assert before.version == 0 and before.error is None  # an old view never changes
+    assert isinstance(after.error, RuntimeError) and after.done
+
+
+def test_idle_sessions_are_closed_by_the_registry():
+    class Fake:
+        def __init__(self, idle):
+            self.idle, self.closed = idle, False
+
+        def idle_seconds(self):
+            return self.idle
+
+        def close(self):
+            self.closed = True
+
+    registry = SessionRegistry(idle_timeout_s=600, reap_every_s=3600)
+    idle, busy = Fake(3600), Fake(1)
+    registry.get_or_create("a", lambda: idle)
+    registry.get_or_create("b", lambda: busy)
+    assert registry.get_or_create("b", lambda: Fake(0)) is busy  # found, not replaced
+    assert registry.reap_idle() == 1
+    assert idle.closed and not busy.closed and registry.get("a") is None and len(registry) == 1
+    replacement = registry.replace("b", lambda: Fake(0))
+    assert busy.closed and registry.get("b") is replacement
+    registry.close_all()
+    assert replacement.closed and len(registry) == 0
 
 
 def test_every_streamed_chunk_reaches_the_session(tmp_path):
@@ -480,53 +429,3 @@ def test_every_streamed_chunk_reaches_the_session(tmp_path):
     assert tab._feed_inbox("sess", session) == 5
     assert fed == [(48000, (i + 1) * 1000) for i in range(5)]  # all, in order, not outside.wav
     assert tab._feed_inbox("sess", session) == 0
-
-
-def test_idle_live_sessions_are_closed_by_the_reaper(tiny_model, clip):
-    """A browser tab that stops sending chunks (closed, asleep) does not keep its worker."""
-    from whisper_demo.ui.live_tab import LiveSession, reap_idle
-
-    idle = LiveSession(tiny_model, DecodeOptions())
-    busy = LiveSession(tiny_model, DecodeOptions())
-    busy.worker.feed(SR, clip("short_3s.wav")[: SR // 2])
-    idle.live.last_activity -= 3600  # nothing for an hour (it was never fed, so no decode resets it)
-    try:
-        assert reap_idle(timeout_s=600) == 1
-        idle.worker.done.wait(timeout=30)
-        assert idle.worker.done.is_set() and not idle.active
-        assert busy.active and busy.worker._thread.is_alive()
-    finally:
-        busy.close()
-        idle.close()
-
-
-def test_finish_keeps_the_fuller_hypothesis_when_the_last_decode_skips_words():
-    """tiny.en sometimes skips a repeated phrase in its last decode ("... for you country.");
-    the finish must not commit that over the previous decode's fuller words, and must not keep
-    a previous tail that ends differently (e.g. a hallucinated "Thank you.")."""
-    from whisper_demo.live import Word, _skips_words_of
-
-    def words(text):
-        return [Word(t, live_mod.normalize(t), 0.0, 0) for t in text.split()]
-
-    assert _skips_words_of(words("country."), words("ask what you can do for your country."))
-    assert not _skips_words_of(words("for your country."), words("for your country. Thank you."))
-    assert not _skips_words_of(words("do for your country."), words("do for your country."))
-
-
-def test_a_redecode_that_repeats_text_committed_before_the_cut_is_not_committed_twice():
-    """After a cut, the decoder may start by saying again what was committed just before it
-    (seen through the browser: "But whenever today is cool and cloudy in the morning. The
-    weather today is cool and cloudy. In the morning ..."). That repeat is skipped, even
-    re-spelt; a hypothesis that merely shares a word with the committed text is not cut."""
-    from whisper_demo.live import _repeated_tail
-
-    def norms(text):
-        return [live_mod.normalize(w) for w in text.split()]
-
-    committed = norms("But whenever today is cool and cloudy in the morning.")
-    assert _repeated_tail(committed, norms("The weather today is cool and cloudy. In the morning there was")) == 10
-    assert _repeated_tail(norms("my fellow Americans, ask not"), norms("ask not what your country")) == 2
-    assert _repeated_tail(norms("can do for your country."), norms("Thank you.")) == 0
-    assert _repeated_tail(norms("we walked to the"), norms("the river was calm")) == 0  # one word: kept
-    assert _repeated_tail([], norms("anything at all")) == 0

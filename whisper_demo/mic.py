@@ -22,7 +22,7 @@ from typing import Callable, List, Optional, TextIO, Union
 import numpy as np
 
 from .events import DecodeOptions, TokenEvent
-from .live import BackgroundTranscriber, LiveTranscriber, LiveUpdate
+from .live import LiveConfig, LiveSession, LiveUpdate, LiveWorker, model_decoder
 
 SAMPLE_RATE = 16000
 BLOCK_SECONDS = 0.1
@@ -231,7 +231,7 @@ class _TerminalView:
             self.out.flush()
 
 
-def _status(event: Optional[TokenEvent], live: LiveTranscriber) -> str:
+def _status(event: Optional[TokenEvent], live: LiveSession) -> str:
     """One short line: cache length and size, per-token latency, memory, first-token lag."""
     stats = live.stats()
     parts = []
@@ -248,12 +248,11 @@ def _status(event: Optional[TokenEvent], live: LiveTranscriber) -> str:
 def run_terminal(model, options: Optional[DecodeOptions] = None, device=None,
                  stream_factory: Optional[Callable] = None, out: TextIO = sys.stdout,
                  max_seconds: Optional[float] = None, color: Optional[bool] = None,
-                 live_kwargs: Optional[dict] = None, err: TextIO = sys.stderr) -> int:
+                 config: Optional[LiveConfig] = None, err: TextIO = sys.stderr) -> int:
     """`python app.py --mic`: transcribe the microphone in the terminal until Ctrl-C.
     Returns an exit status: 0, or 2 after printing why the microphone is unavailable."""
     try:
-        transcribe_microphone(model, options, device, stream_factory, out, max_seconds, color,
-                              live_kwargs)
+        transcribe_microphone(model, options, device, stream_factory, out, max_seconds, color, config)
     except MicUnavailable as exc:
         err.write(f"error: {exc}\n")
         err.flush()
@@ -264,13 +263,13 @@ def run_terminal(model, options: Optional[DecodeOptions] = None, device=None,
 def transcribe_microphone(model, options: Optional[DecodeOptions] = None, device=None,
                           stream_factory: Optional[Callable] = None, out: TextIO = sys.stdout,
                           max_seconds: Optional[float] = None, color: Optional[bool] = None,
-                          live_kwargs: Optional[dict] = None) -> str:
+                          config: Optional[LiveConfig] = None) -> str:
     """The terminal view, until Ctrl-C (or `max_seconds`, or the end of a finite stand-in
     stream). Returns, and prints, the full transcript. Raises MicUnavailable."""
     options = options or DecodeOptions()
     color = out.isatty() if color is None and hasattr(out, "isatty") else bool(color)
     mic = MicStream(device, stream_factory)
-    live = LiveTranscriber(model, options, **(live_kwargs or {}))
+    live = LiveSession(model_decoder(model, options), config)
     view = _TerminalView(out, color)
     out.write(f"Listening ({mic.sample_rate} Hz, cache={options.cache}). Speak; Ctrl-C to stop.\n")
     out.flush()
@@ -315,7 +314,7 @@ def transcribe_microphone(model, options: Optional[DecodeOptions] = None, device
     except KeyboardInterrupt:  # a second Ctrl-C: skip the final decode
         pass
     view.end()
-    transcript = live.committed_text or live.transcript
+    transcript = live.committed_text
     stats = live.stats()
     out.write("\n--- transcript ---\n" + (transcript or "(nothing heard)") + "\n")
     if stats.first_token_ms_median is not None:
@@ -332,34 +331,30 @@ def transcribe_microphone(model, options: Optional[DecodeOptions] = None, device
 
 class DesktopMicSource:
     """"This computer's microphone" for the web UI: records through sounddevice on the
-    machine that runs the app and feeds a BackgroundTranscriber (same view as the browser
+    machine that runs the app and feeds a LiveWorker (same view as the browser
     microphone). start() raises MicUnavailable with the message to show."""
 
     def __init__(self, model, options: Optional[DecodeOptions] = None, device=None,
-                 stream_factory: Optional[Callable] = None, live_kwargs: Optional[dict] = None):
+                 stream_factory: Optional[Callable] = None, config: Optional[LiveConfig] = None):
         self.model = model
         self.options = options or DecodeOptions()
         self.device = device
         self.stream_factory = stream_factory
-        self.live_kwargs = live_kwargs or {}
-        self.worker: Optional[BackgroundTranscriber] = None
+        self.config = config
+        self.worker: Optional[LiveWorker] = None
         self._mic: Optional[MicStream] = None
         self._pump: Optional[threading.Thread] = None
         self._running = threading.Event()
 
     @property
-    def live(self) -> Optional[LiveTranscriber]:
-        return self.worker.live if self.worker else None
-
-    @property
     def recording(self) -> bool:
         return self._running.is_set()
 
-    def start(self) -> BackgroundTranscriber:
+    def start(self) -> LiveWorker:
         if self.recording:
             return self.worker
         mic = MicStream(self.device, self.stream_factory)  # MicUnavailable goes to the caller
-        self.worker = BackgroundTranscriber(LiveTranscriber(self.model, self.options, **self.live_kwargs))
+        self.worker = LiveWorker(LiveSession(model_decoder(self.model, self.options), self.config))
         self._mic = mic
         self._running.set()
         mic.start()

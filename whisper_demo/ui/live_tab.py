@@ -1,16 +1,16 @@
-"""The Live tab: the browser microphone (or this computer's) streamed into a LiveTranscriber.
+"""The Live tab: the browser microphone (or this computer's) streamed into a live session.
 
     with gr.Tab("Live"):
         build_live_tab(store, defaults)
 
-Each browser session gets its own LiveSession (a BackgroundTranscriber: a LiveTranscriber
-with a decode thread) in a gr.State; all share the one model from the store. The
-microphone's `.stream` handler only queues the chunk and returns (a chunk arriving while
-a decode runs is buffered, never dropped, and the handler never waits for the decoder);
-a gr.Timer redraws the view (committed text in normal type, tentative text grey and
-italic, the cache panel and the latency chart) whenever the decode thread published a new
-token. Stop commits the rest. Sessions idle for `IDLE_TIMEOUT_S` are closed by a reaper
-thread (and by the State's time_to_live), so an abandoned tab frees its thread and audio.
+Each browser tab gets its own TabSession (a live.LiveWorker: a LiveSession and its decode
+thread), kept in the tab's SessionRegistry under Gradio's session hash; all share the one
+model from the store. The microphone's `.stream` handler only queues the chunk and returns
+(a chunk arriving while a decode runs is buffered, never dropped, and the handler never
+waits for the decoder); a gr.Timer redraws the view from the worker's immutable LiveView
+(committed text in normal type, tentative text grey and italic, the cache panel and the
+latency chart) whenever it changed. Stop commits the rest. The registry closes sessions
+idle for its timeout, so an abandoned tab frees its thread and audio.
 """
 
 from __future__ import annotations
@@ -20,15 +20,16 @@ import html
 import logging
 import threading
 import time
-import weakref
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 import gradio as gr
 
 from ..audio import AudioError
-from ..events import DecodeOptions
-from ..live import BackgroundTranscriber, LiveTranscriber, LiveUpdate
+from ..events import CACHE_MODES, DecodeOptions
+from ..live import LiveSession, LiveUpdate, LiveView, LiveWorker, SessionRegistry, model_decoder
+from ..live.registry import IDLE_TIMEOUT_S
 from . import panel
 from .chunk_order import ChunkSequencer, chunk_number
 from .store import Defaults, ModelStore
@@ -36,39 +37,35 @@ from .transcribe_tab import effective_mode
 
 log = logging.getLogger(__name__)
 
-IDLE_TIMEOUT_S = 300.0  # a session without audio for this long is closed
 REFRESH_S = 0.25  # view refresh while a session is active
 COMMITTED_STYLE = ""
 TENTATIVE_STYLE = "color:#94a3b8;font-style:italic"
 
 
-class LiveSession:
+class TabSession:
     """One browser tab's live state: its decode worker, and an optional desktop mic."""
 
     def __init__(self, model, options: DecodeOptions, source: str = "browser", desktop=None):
         self.model = model
         self.source = source
         self.desktop = desktop  # mic.DesktopMicSource when recording this computer's mic
-        self.worker = desktop.worker if desktop is not None else BackgroundTranscriber(
-            LiveTranscriber(model, options), yield_cpu=True)
+        self.worker: LiveWorker = desktop.worker if desktop is not None else LiveWorker(
+            LiveSession(model_decoder(model, options)), yield_cpu=True)
         self.rendered_version = -1
         self.sent_html: list = [None, None, None]  # transcript, stats, panel as last sent
         self.chart_key = None  # (decodes, final) of the chart last sent
         self.final: Optional[LiveUpdate] = None
         self.order: Optional[ChunkSequencer] = None  # the page's chunk order (browser source)
         self.created = time.monotonic()
-        _SESSIONS.add(self)
-
-    @property
-    def live(self) -> LiveTranscriber:
-        return self.worker.live
+        self.closed = False
 
     @property
     def active(self) -> bool:
         return self.final is None and not self.worker.done.is_set()
 
     def set_options(self, options: DecodeOptions) -> None:
-        self.live.reset_options(options)
+        """From the next re-decode on (the worker reads its decoder once per decode)."""
+        self.worker.session.set_decoder(model_decoder(self.model, options))
 
     def finish(self, timeout: float = 120.0) -> Optional[LiveUpdate]:
         if self.desktop is not None:
@@ -78,44 +75,17 @@ class LiveSession:
         return self.final
 
     def close(self) -> None:
+        self.closed = True
         if self.desktop is not None:
             self.desktop.close()
         self.worker.close()
-        _SESSIONS.discard(self)
 
     def idle_seconds(self) -> float:
-        return self.live.idle_seconds()
+        return self.worker.session.idle_seconds()
 
-
-# every session, weakly: the reaper closes the idle ones
-_SESSIONS: "weakref.WeakSet[LiveSession]" = weakref.WeakSet()
-_REAPER_STARTED = threading.Event()
-
-
-def _reap_forever(timeout_s: float, every_s: float) -> None:
-    while True:
-        time.sleep(every_s)
-        reap_idle(timeout_s)
-
-
-def reap_idle(timeout_s: float = IDLE_TIMEOUT_S) -> int:
-    """Close sessions with no audio for timeout_s. Returns how many were closed."""
-    closed = 0
-    for session in list(_SESSIONS):
-        if session.idle_seconds() > timeout_s:
-            try:
-                session.close()
-            except Exception:  # never let one session stop the reaper
-                log.exception("closing an idle live session failed")
-            closed += 1
-    return closed
-
-
-def _start_reaper(timeout_s: float) -> None:
-    if not _REAPER_STARTED.is_set():
-        _REAPER_STARTED.set()
-        threading.Thread(target=_reap_forever, args=(timeout_s, min(30.0, timeout_s / 4)),
-                         name="live-reaper", daemon=True).start()
+    def heard_seconds(self) -> float:
+        view = self.worker.view()
+        return view.stats.audio_seconds if view.stats else self.worker.session.audio_seconds
 
 
 # ---------------------------------------------------------------------------- rendering
@@ -136,9 +106,10 @@ def transcript_html(committed: str, tentative: str, final: bool = False, note: s
             f'border:1px solid var(--border-color-primary);border-radius:8px">{body}</div>')
 
 
-def stats_html(live: LiveTranscriber, update: Optional[LiveUpdate],
-               order: Optional[ChunkSequencer] = None) -> str:
-    s = live.stats()
+def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
+    s = view.stats
+    if s is None:
+        return ""
 
     def ms(v):
         return panel.fmt_ms(v) if v is not None else "—"
@@ -149,14 +120,17 @@ def stats_html(live: LiveTranscriber, update: Optional[LiveUpdate],
     tiles = [
         ("Chunk end → first token", ms(s.first_token_ms_median),
          f"median · p95 {ms(s.first_token_ms_p95)} · last {ms(s.last_first_token_ms)}"),
-        ("Speech → commit", sec(s.commit_s_median), f"median · p95 {sec(s.commit_s_p95)}"),
-        ("Buffer", f"{live.buffer_seconds:.1f} s",
-         f"of {s.audio_seconds:.1f} s heard · trimmed at committed segments and sentences"
+        ("Speech → commit", sec(s.commit_s_median),
+         f"from each word's end in the audio · median · p95 {sec(s.commit_s_p95)}"),
+        ("Buffer", f"{s.buffer_seconds:.1f} s",
+         f"of {s.audio_seconds:.1f} s heard · cut after committed sentences and long pauses"
          + (f" · audio lost {s.lost_seconds:.1f} s (arrived slower than real time)"
             if s.lost_seconds > 0 else "")
+         + (f" · {s.dropped_seconds:.1f} s dropped (decoding slower than speech)" if s.dropped_seconds > 0 else "")
          + (f" · {order.reordered} chunks arrived out of order, put back" if order and order.reordered else "")),
         ("Re-decodes", str(s.decodes),
-         f"{s.skipped} skipped (no new speech)" + (f" · last {ms(s.last_decode_ms)}" if s.last_decode_ms else "")),
+         f"{s.skipped} skipped (no new speech)" + (f" · last {ms(s.last_decode_ms)}" if s.last_decode_ms else "")
+         + (f", encoder {ms(s.last_encoder_ms)}" if s.last_encoder_ms else "")),
     ]
     cells = "".join(
         f'<div class="wk-tile"><div class="wk-label">{html.escape(a)}</div>'
@@ -165,37 +139,39 @@ def stats_html(live: LiveTranscriber, update: Optional[LiveUpdate],
     return f'<div class="wk-panel"><div class="wk-grid">{cells}</div></div>'
 
 
-def render(session: Optional["LiveSession"], model, note: str = "", chart: bool = True):
+def render(session: Optional[TabSession], model, note: str = "", chart: bool = True):
     """(transcript, stats, panel, chart) for the current state of a session; the chart is
     gr.skip() when `chart` is False (building and drawing it is the costly part)."""
     if session is None:
         return (transcript_html("", "", note=note), "", panel.panel_html(None, model, status=note), None)
-    worker = session.worker
-    live = session.live
+    view = session.worker.view()
     final = session.final
-    update = final or worker.update
-    committed, tentative = (final.committed, "") if final else worker.preview
-    if worker.error is not None:
-        note = f"Decoding failed: {type(worker.error).__name__}: {worker.error}"
+    committed, tentative = (final.committed, "") if final else (view.committed, view.tentative)
+    if view.error is not None:
+        note = f"Decoding failed: {type(view.error).__name__}: {view.error}"
     series = {panel.series_label(mode, beams): values
-              for (mode, beams), values in worker.latency_series().items()}
-    event = worker.event
+              for (mode, beams), values in session.worker.latency_series().items()}
+    event = view.event
     if event is None:
         panel_box = panel.panel_html(None, session.model, status=note or "listening…")
     else:
         latencies = series.get(panel.series_label(event.cache_mode, event.beam_size), [event.latency_ms])
-        status = note or ("done" if final else f"re-decode #{live.stats().decodes} · buffer {live.buffer_seconds:.1f} s")
-        panel_box = panel.panel_html(event, session.model, latencies_ms=latencies, status=status)
+        decodes = view.stats.decodes if view.stats else 0
+        buffer = view.stats.buffer_seconds if view.stats else 0.0
+        status = note or ("done" if final else f"re-decode #{decodes} · buffer {buffer:.1f} s")
+        encoder_ms = view.stats.last_encoder_ms if view.stats else None
+        panel_box = panel.panel_html(event, session.model, latencies_ms=latencies, status=status,
+                                     encoder_ms=encoder_ms)
     if chart:
         frame = panel.latency_frame(series)
         chart_value = frame if len(frame) else None
     else:
         chart_value = gr.skip()
     return (transcript_html(committed, tentative, final=final is not None, note=note),
-            stats_html(live, update, session.order), panel_box, chart_value)
+            stats_html(view, session.order), panel_box, chart_value)
 
 
-def changed_only(session: "LiveSession", outputs, chart_key) -> tuple:
+def changed_only(session: TabSession, outputs, chart_key) -> tuple:
     """outputs with gr.skip() for what the browser already shows: during a decode the
     version moves with every token, and re-sending unchanged HTML (and re-drawing the
     chart) made the browser and the server compete with the decoder on a small machine."""
@@ -210,15 +186,16 @@ def changed_only(session: "LiveSession", outputs, chart_key) -> tuple:
     return tuple(result) + (outputs[3],)
 
 
-def _sent(session: "LiveSession", outputs) -> tuple:
+def _sent(session: TabSession, outputs) -> tuple:
     """A full render about to be sent: remember it for changed_only."""
     session.sent_html = list(outputs[:3])
     session.chart_key = _chart_key(session)
     return tuple(outputs)
 
 
-def _chart_key(session: "LiveSession"):
-    return (session.live.stats().decodes, session.final is not None, session.worker.error is not None)
+def _chart_key(session: TabSession):
+    view = session.worker.view()
+    return (view.stats.decodes if view.stats else 0, session.final is not None, view.error is not None)
 
 
 # ---------------------------------------------------------------------------- chunk tap
@@ -233,7 +210,6 @@ def _chart_key(session: "LiveSession"):
 # records each body the moment Gradio stores it (on the event loop, no work done there),
 # and the handler then feeds all of them, in order.
 
-_TAPPED: "weakref.WeakSet[LiveTab]" = weakref.WeakSet()
 _TAP_INSTALLED = False
 
 
@@ -303,11 +279,10 @@ class LiveTab:
     hand a stale (empty) value to the next chunk, which would then start a second session
     and split the audio between them."""
 
-    def __init__(self, store: ModelStore, defaults: Defaults):
+    def __init__(self, store: ModelStore, defaults: Defaults, idle_timeout_s: float = IDLE_TIMEOUT_S):
         self.store = store
         self.defaults = defaults
-        self._sessions: dict = {}
-        self._lock = threading.Lock()
+        self.sessions: SessionRegistry[TabSession] = SessionRegistry(idle_timeout_s)
         # every streamed chunk, by browser session, until the handler feeds it (see _tap),
         # in recording order: the page numbers its chunks, a sequencer per page reorders
         self._inbox: dict = collections.defaultdict(collections.deque)
@@ -315,7 +290,6 @@ class LiveTab:
         self._inbox_lock = threading.Lock()
         self._feed_lock = threading.Lock()  # one feeder at a time: chunks stay in order
         self.tapping = False
-        self.mic = None  # the gr.Audio, set by build_live_tab
 
     def _model(self):
         try:
@@ -324,52 +298,31 @@ class LiveTab:
             raise gr.Error(f"Model {self.defaults.model!r} is not available: {exc}") from exc
 
     def _options(self, cache_on, mode) -> DecodeOptions:
-        base = self.defaults.options
+        """The app's options with this tab's cache choice; live decodes are greedy."""
         cache = effective_mode(bool(cache_on), mode)
-        return DecodeOptions(cache=cache, beam_size=1,
-                             precision=base.precision if cache != "hooks" else "exact",
-                             language=base.language, task=base.task,
-                             no_speech_threshold=base.no_speech_threshold,
-                             silence_rms=base.silence_rms)
+        precision = self.defaults.options.precision if cache != "hooks" else "exact"
+        return replace(self.defaults.options, cache=cache, beam_size=1, precision=precision)
 
     @staticmethod
     def _key(request) -> str:
         return getattr(request, "session_hash", None) or "default"
 
-    def session(self, request) -> Optional[LiveSession]:
-        with self._lock:
-            session = self._sessions.get(self._key(request))
-        if session is not None and session not in _SESSIONS:  # reaped while idle
-            return None
-        return session
+    def session(self, request) -> Optional[TabSession]:
+        return self.sessions.get(self._key(request))
 
-    def _replace(self, request, make) -> LiveSession:
+    def _browser_session(self, request, cache_on, mode) -> TabSession:
         key = self._key(request)
-        with self._lock:
-            old = self._sessions.pop(key, None)
-            if old is not None:
-                old.close()
-            session = make()
-            self._sessions[key] = session
-            self._forget_closed()
-        return session
 
-    def _forget_closed(self) -> None:
-        for key in [k for k, v in self._sessions.items() if v not in _SESSIONS]:
-            del self._sessions[key]
+        def reusable(session: TabSession) -> bool:
+            return session.source == "browser" and (session.active or session.final is not None)
 
-    def _browser_session(self, request, cache_on, mode) -> LiveSession:
-        key = self._key(request)
-        with self._lock:  # concurrent chunks of one stream must find the same session
-            session = self._sessions.get(key)
-            if session is None or session not in _SESSIONS or session.source != "browser" or (
-                    not session.active and session.final is None):
-                session = self._new_browser_session(key, self._model(), self._options(cache_on, mode))
-                self._sessions[key] = session
-        return session
+        model = self._model()  # loaded (or failing) before the registry's lock is taken
+        # concurrent chunks of one stream must find the same session: the registry is atomic
+        return self.sessions.get_or_create(
+            key, lambda: self._new_browser_session(key, model, self._options(cache_on, mode)), reusable)
 
-    def _new_browser_session(self, key: str, model, options: DecodeOptions) -> LiveSession:
-        session = LiveSession(model, options, "browser")
+    def _new_browser_session(self, key: str, model, options: DecodeOptions) -> TabSession:
+        session = TabSession(model, options, "browser")
         with self._inbox_lock:
             order = self._order.setdefault(key, ChunkSequencer())  # numbering spans the page's life
             order.new_recording()
@@ -388,7 +341,7 @@ class LiveTab:
             # already started its session: keep it (replacing it would lose them)
             current.set_options(self._options(cache_on, mode))
             return (gr.Timer(active=True),) + _sent(current, render(current, current.model))
-        session = self._replace(request, lambda: self._new_browser_session(
+        session = self.sessions.replace(self._key(request), lambda: self._new_browser_session(
             self._key(request), model, self._options(cache_on, mode)))
         return (gr.Timer(active=True),) + _sent(session, render(session, session.model))
 
@@ -405,14 +358,9 @@ class LiveTab:
         with self._inbox_lock:
             order = self._order.setdefault(key, ChunkSequencer())
             self._inbox[key].extend(order.add(chunk_number(_payload_path(data[0]) or ""), data[0]))
-        if not self._lock.acquire(blocking=False):
-            return  # a session is being created (maybe loading the model): the handler feeds
-        try:
-            session = self._sessions.get(key)  # never creates one here
-        finally:
-            self._lock.release()
+        session = self.sessions.get(key)  # never creates one here: the handler does
         if (session is not None and session.source == "browser" and session.final is None
-                and session in _SESSIONS):
+                and not session.closed):
             self._feed_inbox(key, session, wait=False)
 
     def _release_held(self, key: str, flush: bool = False) -> None:
@@ -422,7 +370,7 @@ class LiveTab:
             if order is not None:
                 self._inbox[key].extend(order.ready(flush))
 
-    def _feed_inbox(self, key: str, session: LiveSession, wait: bool = True, flush: bool = False) -> int:
+    def _feed_inbox(self, key: str, session: TabSession, wait: bool = True, flush: bool = False) -> int:
         """Feed every tapped chunk of this browser session that is in turn, oldest first
         (flush: every one, the recording has ended). With wait=False, leaves them to
         whoever is feeding already."""
@@ -439,7 +387,7 @@ class LiveTab:
                 if not self._inbox.get(key):
                     return fed
 
-    def _drain(self, key: str, session: LiveSession) -> int:
+    def _drain(self, key: str, session: TabSession) -> int:
         fed = 0
         while True:
             with self._inbox_lock:
@@ -489,15 +437,16 @@ class LiveTab:
             self._feed_inbox(self._key(request), session, flush=True)  # chunks after the last call
         session.finish()
         session.rendered_version = -1
-        log.info("live session stopped: %.1f s heard, %d re-decodes; %s", session.live.audio_seconds,
-                 session.live.stats().decodes, session.order.summary() if session.order else "")
+        stats = session.worker.view().stats
+        log.info("live session stopped: %.1f s heard, %d re-decodes; %s", session.heard_seconds(),
+                 stats.decodes if stats else 0, session.order.summary() if session.order else "")
         return (gr.Timer(active=False),) + _sent(session, render(session, session.model))
 
     def tick(self, request: gr.Request):
         session = self.session(request)
         if session is None:
             return (gr.skip(),) * 4
-        version = session.worker.version
+        version = session.worker.view().version
         if version == session.rendered_version and session.active:
             return (gr.skip(),) * 4
         session.rendered_version = version
@@ -508,13 +457,12 @@ class LiveTab:
         """The tab went away (Gradio's unload event): close its session now, rather than
         when the reaper finds it idle. A desktop recording stops with it."""
         key = self._key(request)
-        with self._lock:
-            session = self._sessions.pop(key, None)
+        session = self.sessions.pop(key)
         with self._inbox_lock:
             self._inbox.pop(key, None)
             self._order.pop(key, None)
         if session is not None:
-            heard = session.live.audio_seconds
+            heard = session.heard_seconds()
             session.close()
             log.info("live session closed (page closed): %s microphone, %.1f s heard", session.source, heard)
 
@@ -532,7 +480,7 @@ class LiveTab:
             message = f"This computer's microphone is unavailable: {exc}"
             gr.Warning(message)
             return (gr.Timer(active=False), f"⚠️ {message}") + render(None, model, note=message)
-        session = self._replace(request, lambda: LiveSession(model, options, "desktop", desktop=source))
+        session = self.sessions.replace(self._key(request), lambda: TabSession(model, options, "desktop", desktop=source))
         return (gr.Timer(active=True), "🎙️ Recording this computer's microphone…") + render(session, model)
 
     def desktop_stop(self, request: gr.Request):
@@ -554,16 +502,17 @@ def _availability_text() -> str:
 
 def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float = IDLE_TIMEOUT_S) -> LiveTab:
     """Lay out the Live tab in the current Blocks context and wire it."""
-    tab = LiveTab(store, defaults)
+    tab = LiveTab(store, defaults, idle_timeout_s)
     tab.tapping = _install_chunk_tap()
-    _start_reaper(idle_timeout_s)
     model = store.get(defaults.model) if store.is_loaded(defaults.model) else None
     timer = gr.Timer(REFRESH_S, active=False)
 
     gr.Markdown(
-        "Speak, and Whisper re-decodes the last seconds of audio every half second. Words in "
-        "normal type are **committed**: two consecutive decodes agreed on them, and they will "
-        f'not change. <span style="{TENTATIVE_STYLE}">Grey italic words are tentative</span>: '
+        "Speak, and Whisper re-decodes the audio since the last committed sentence as it "
+        "arrives (silence is not decoded: a voice detector listens first). Words in normal "
+        "type are **committed** and will not change: two consecutive decodes agreed on them, "
+        "or you paused and one decode heard the whole phrase. "
+        f'<span style="{TENTATIVE_STYLE}">Grey italic words are tentative</span>: '
         "the latest guess, which the next decode may still revise.")
     with gr.Row(equal_height=False):
         with gr.Column(scale=5, min_width=340):
@@ -572,7 +521,7 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
             cache_on = gr.Checkbox(value=defaults.options.cache != "off", label="KV cache",
                                    elem_id="live_kv_toggle",
                                    info="applies from the next re-decode; untick to feel the difference")
-            mode = gr.Radio(["static", "hooks", "off"], value=defaults.options.cache,
+            mode = gr.Radio(list(CACHE_MODES), value=defaults.options.cache,
                             label="Cache mode", elem_id="live_cache_mode")
             with gr.Accordion("This computer's microphone", open=False, elem_id="desktop-mic"):
                 desktop_status = gr.Markdown(_availability_text(), elem_id="desktop-mic-status")
@@ -590,7 +539,6 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
                 x_title="token", y_title="latency (ms)", height=300, elem_id="live-latency-chart",
                 tooltip=["token", "latency_ms", "series"], label="Latency")
 
-    tab.mic = mic_in
     views = [transcript, stats, panel_box, chart]
     quiet = dict(api_name=False, show_progress="hidden")
     mic_in.start_recording(tab.start, [cache_on, mode], [timer] + views, concurrency_limit=None, **quiet)
@@ -606,8 +554,4 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
     cache_on.input(lambda on, m: effective_mode(on, m) if on else "off", [cache_on, mode], mode,
                    queue=False, api_name=False)
     mode.input(lambda m: m != "off", mode, cache_on, queue=False, api_name=False)
-    tab.components = dict(mic=mic_in, timer=timer, transcript=transcript,
-                          stats=stats, panel=panel_box, chart=chart, cache_on=cache_on, mode=mode,
-                          desktop_status=desktop_status, desktop_start=desktop_start,
-                          desktop_stop=desktop_stop)
     return tab

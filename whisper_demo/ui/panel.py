@@ -105,13 +105,14 @@ def _check(measured: int, formula: int) -> str:
 
 def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[float]] = None,
                last_event: Optional[TokenEvent] = None, status: str = "",
-               wall_seconds: Optional[float] = None) -> str:
+               wall_seconds: Optional[float] = None, encoder_ms: Optional[float] = None) -> str:
     """The live panel for a decode in progress (a TokenEvent) or finished (a DecodeResult).
 
     latencies_ms: per-step latencies seen so far (for mean/p95 while streaming; a result
     carries its own). last_event: with a result, the final TokenEvent, whose cache length
     and bytes are the state at the end. status: a short line shown in the header
     ("decoding…", "done", "stopped"). wall_seconds: time since the run began, if known.
+    encoder_ms: the encoder time to show while tokens stream (the Live tab's last re-decode).
     """
     if item is None:
         return _empty_panel(model, status)
@@ -134,7 +135,7 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
         lat = latency_summary(latencies_ms if latencies_ms is not None else [item.latency_ms])
         mode, beams = item.cache_mode, item.beam_size
         steps = item.step + 1
-        encoder = "—"
+        encoder = fmt_ms(encoder_ms) if encoder_ms is not None else "—"
         rss = item.rss_bytes
         rss_sub = "resident memory now"
         status = status or "decoding…"
@@ -207,7 +208,12 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
     ))
     tps = f'{lat["tps"]:.1f}' if lat["tps"] else "—"
     tiles.append(_tile("Tokens / s", tps, f"{steps} decoder steps (decoder time only)"))
-    enc_sub = "audio → features, per 30 s window" if result is not None else "reported when the run ends"
+    if result is not None:
+        enc_sub = "audio → features, per 30 s window"
+    elif encoder_ms is not None:
+        enc_sub = "audio → features, last re-decode"
+    else:
+        enc_sub = "reported when the run ends"
     if result is not None and wall_seconds is not None:
         enc_sub += f" · wall {wall_seconds:.1f} s"
     tiles.append(_tile("Encoder", encoder, enc_sub))

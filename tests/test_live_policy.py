@@ -1,0 +1,209 @@
+"""The live commit policy, as tables: timestamped hypotheses in, commits and cuts out.
+
+A hypothesis is written "word@start-end word@start-end ...", times in stream seconds.
+Each row of a table is one re-decode: (hypothesis, speech_end or None, what it commits).
+No model, no audio, no clock: every failure the live path has shown is a row here.
+"""
+
+import pytest
+
+from whisper_demo.live.policy import AgreementPolicy, Hypothesis, TimedWord
+
+
+def hyp(spec: str, start: float = 0.0, end: float = None, segment_ends=()) -> Hypothesis:
+    words = []
+    for item in spec.split():
+        text, times = item.rsplit("@", 1)
+        a, b = times.split("-")
+        words.append(TimedWord(text.replace("_", " "), float(a), float(b)))
+    if end is None:
+        end = (words[-1].end + 0.5) if words else start
+    return Hypothesis(tuple(words), tuple(segment_ends), start, end)
+
+
+def run(table, policy=None):
+    """Feed each row; return the policy and, per row, the committed text it produced."""
+    policy = policy or AgreementPolicy()
+    out = []
+    for spec, speech_end, _ in table:
+        decision = policy.update(hyp(spec) if isinstance(spec, str) else spec, speech_end)
+        out.append(" ".join(w.text for w in decision.committed))
+    return policy, out
+
+
+def check(table, policy=None):
+    policy, out = run(table, policy)
+    assert out == [expected for *_, expected in table]
+    return policy
+
+
+def test_two_decodes_agreeing_commit_their_common_prefix():
+    check([
+        ("and@0-0.3 so@0.3-0.6 my@0.6-0.9", None, ""),
+        ("and@0-0.3 so@0.3-0.6 my@0.6-0.9 fellow@0.9-1.3", None, "and so my"),
+        ("and@0-0.3 so@0.3-0.6 my@0.6-0.9 fellow@0.9-1.3 Americans,@1.3-2.0", None, "fellow"),
+    ])
+
+
+def test_agreement_ignores_case_and_punctuation_and_commits_the_latest_spelling():
+    check([
+        ("Hello@0-0.4 world@0.4-0.8", None, ""),
+        ("hello,@0-0.4 World.@0.4-0.8 again@1.0-1.3", None, "hello, World."),
+    ])
+
+
+def test_a_word_heard_before_the_committed_end_is_not_committed_again():
+    policy = check([
+        ("ask@0-0.4 not@0.4-0.8", None, ""),
+        ("ask@0-0.4 not@0.4-0.8 what@0.9-1.2", None, "ask not"),
+        # the decoder re-places "not" a little earlier: still dropped by time
+        ("ask@0-0.4 not@0.35-0.75 what@0.9-1.2 your@1.2-1.5", None, "what"),
+    ])
+    assert [w.text for w in policy.committed] == ["ask", "not", "what"]
+
+
+def test_a_repeat_after_a_cut_is_skipped():
+    # The buffer was cut at 10.5 s after "for your country."; the next decode hears the
+    # tail of "country" again, squeezed into the first instants of the new buffer.
+    policy = AgreementPolicy()
+    policy.committed = [TimedWord("for", 9.7, 9.9), TimedWord("your", 9.9, 10.2),
+                        TimedWord("country.", 10.2, 10.5)]
+    check([
+        ("country.@10.42-10.55 My@10.9-11.1 fellow@11.1-11.4", None, ""),
+        ("country.@10.42-10.55 My@10.9-11.1 fellow@11.1-11.4 citizens@11.4-12.0", None, "My fellow"),
+    ], policy)
+    assert [w.text for w in policy.committed].count("country.") == 1
+
+
+def test_a_phrase_the_speaker_really_says_twice_is_kept():
+    policy = check([
+        ("montreal@0-0.5 forced@0.5-0.9 aligner@0.9-1.5", 1.5, "montreal forced aligner"),
+        # said again right after, taking its own 1.5 s
+        ("montreal@1.6-2.1 forced@2.1-2.5 aligner@2.5-3.1", None, ""),
+        ("montreal@1.6-2.1 forced@2.1-2.5 aligner@2.5-3.1 again@3.2-3.6", None, "montreal forced aligner"),
+    ])
+    assert " ".join(w.text for w in policy.committed) == "montreal forced aligner montreal forced aligner"
+
+
+def test_a_decoder_that_skips_a_phrase_never_commits_the_gap():
+    check([
+        ("a@0-0.3 b@0.3-0.6 c@0.6-0.9 d@0.9-1.2", None, ""),
+        ("a@0-0.3 d@0.9-1.2 e@1.2-1.5", None, "a"),  # skipped b c: agrees only on "a"
+        ("a@0-0.3 b@0.3-0.6 c@0.6-0.9 d@0.9-1.2 e@1.2-1.5", None, ""),
+        ("a@0-0.3 b@0.3-0.6 c@0.6-0.9 d@0.9-1.2 e@1.2-1.5 f@1.5-1.8", None, "b c d e"),
+    ])
+
+
+def test_a_decoder_that_jumps_ahead_and_comes_back():
+    check([
+        ("one@0-0.3 two@0.3-0.6 three@0.6-0.9", None, ""),
+        ("three@0.6-0.9 four@0.9-1.2", None, ""),  # lost its start
+        ("one@0-0.3 two@0.3-0.6 three@0.6-0.9 four@0.9-1.2", None, ""),
+        ("one@0-0.3 two@0.3-0.6 three@0.6-0.9 four@0.9-1.2 five@1.2-1.5", None, "one two three four"),
+    ])
+
+
+def test_misheard_first_words_are_not_committed_by_one_decode():
+    # From 1 s of audio tiny.en heard "But"; with more audio, "The weather today".
+    check([
+        ("But@0.1-0.6", None, ""),
+        ("The@0.1-0.3 weather@0.3-0.7 today@0.7-1.2", None, ""),
+        ("The@0.1-0.3 weather@0.3-0.7 today@0.7-1.2 is@1.2-1.4", None, "The weather today"),
+    ])
+
+
+def test_end_of_speech_commits_after_one_decode_and_drops_text_invented_in_the_silence():
+    check([
+        ("hello@0.2-0.6 world.@0.6-1.1 Thank_you.@1.8-2.4", 1.15, "hello world."),
+    ])
+
+
+def test_thank_you_on_silence_alone_is_never_committed():
+    check([("Thank_you.@0.0-1.0", 0.0, "")])
+
+
+def test_buffer_is_cut_at_the_last_committed_sentence_once_long():
+    policy = AgreementPolicy(cut_after_seconds=15.0)
+    first = "It@1-1.3 is@1.3-1.5 late.@1.5-2.0 We@3-3.3 go@3.3-3.6"
+    policy.update(hyp(first, 0.0, 16.0), None)
+    decision = policy.update(hyp(first + " home@3.6-4.0", 0.0, 16.5), None)
+    assert " ".join(w.text for w in decision.committed) == "It is late. We go"
+    assert decision.cut_at == pytest.approx(2.0)  # after "late.", not inside the sentence
+
+
+def test_short_buffers_are_not_cut():
+    policy = AgreementPolicy(cut_after_seconds=15.0)
+    policy.update(hyp("It@1-1.3 is@1.3-1.5 late.@1.5-2.0 We@3-3.3"), None)
+    decision = policy.update(hyp("It@1-1.3 is@1.3-1.5 late.@1.5-2.0 We@3-3.3 go@3.3-3.6"), None)
+    assert decision.committed and decision.cut_at is None
+
+
+def test_a_committed_segment_end_is_a_cut_point():
+    policy = AgreementPolicy(cut_after_seconds=15.0)
+    spec = "so@1-1.3 we@1.3-1.5 went@1.5-2.0 and@6-6.3 then@6.3-6.6"
+    policy.update(hyp(spec, 0.0, 16.0, segment_ends=(2.1, 6.7)), None)
+    decision = policy.update(hyp(spec.replace("then", "than") + " more@6.6-7", 0.0, 16.5,
+                                 segment_ends=(2.1, 6.7)), None)
+    assert [w.text for w in decision.committed] == ["so", "we", "went", "and"]
+    # 6.7 ends a segment whose last word is not committed: not a cut point
+    assert decision.cut_at == pytest.approx(2.1)
+
+
+def test_a_full_buffer_with_nothing_agreed_commits_its_older_words():
+    policy = AgreementPolicy(cut_after_seconds=15.0, max_buffer_seconds=25.0, keep_seconds=5.0)
+    policy.update(hyp("a@1-2 b@10-11 c@22-23", 0.0, 24.0), None)
+    decision = policy.update(hyp("x@1-2 b@10-11 c@22-23", 0.0, 26.5), None)
+    assert [w.text for w in decision.committed] == ["x", "b"]
+    assert [w.text for w in decision.tentative] == ["c"]
+    assert decision.cut_at == pytest.approx(11.0)
+
+
+def test_finish_commits_the_last_decode():
+    policy = AgreementPolicy()
+    policy.update(hyp("one@0-0.3 two@0.3-0.6"), None)
+    decision = policy.finish(hyp("one@0-0.3 two@0.3-0.6 three@0.6-0.9"))
+    assert [w.text for w in decision.committed] == ["one", "two", "three"]
+    assert decision.tentative == ()
+
+
+def test_finish_keeps_the_fuller_hypothesis_when_the_last_one_skips_words():
+    policy = AgreementPolicy()
+    full = "ask@0-0.3 what@0.3-0.6 you@0.6-0.8 can@0.8-1.0 do@1.0-1.2 for@1.2-1.4 your@1.4-1.6 country.@1.6-2.0"
+    policy.update(hyp(full), None)
+    decision = policy.finish(hyp(full.replace("your@1.4-1.6 ", "")))
+    assert " ".join(w.text for w in decision.committed).endswith("for your country.")
+
+
+def test_finish_without_a_decode_commits_the_tentative_words():
+    policy = AgreementPolicy()
+    policy.update(hyp("one@0-0.3 two@0.3-0.6"), None)
+    assert [w.text for w in policy.finish().committed] == ["one", "two"]
+
+
+def test_committed_text_only_grows():
+    policy = AgreementPolicy()
+    seen = []
+    rows = ["a@0-0.3 b@0.3-0.6", "a@0-0.3 b@0.3-0.6 c@0.6-0.9", "z@0-0.3 q@0.3-0.6 c@0.6-0.9 d@0.9-1.2",
+            "a@0-0.3 b@0.3-0.6 c@0.6-0.9 d@0.9-1.2 e@1.2-1.5"]
+    for row in rows:
+        policy.update(hyp(row), None)
+        now = [w.text for w in policy.committed]
+        assert now[: len(seen)] == seen
+        seen = now
+
+
+def test_prompt_words_are_those_before_the_buffer():
+    policy = AgreementPolicy()
+    policy.committed = [TimedWord("a", 0, 1), TimedWord("b", 1, 2), TimedWord("c", 2, 3)]
+    assert [w.text for w in policy.committed_before(2.0)] == ["a", "b"]
+
+
+def test_words_at_the_edge_of_the_earlier_audio_wait_for_more():
+    # The first decode heard 1.0 s and ended on "am I" (0.76-1.0): guessed without what
+    # follows. The second agrees on it, but only "And" had audio after it the first time.
+    policy = AgreementPolicy(right_context_seconds=0.3)
+    first = policy.update(hyp("And@0-0.5 so@0.5-0.76 am@0.76-0.9 I@0.9-1.0", 0.0, 1.0), None)
+    second = policy.update(hyp("And@0-0.5 so@0.5-0.76 am@0.76-0.9 I@0.9-1.0 fellow@1.4-1.8", 0.0, 2.0), None)
+    assert first.committed == () and [w.text for w in second.committed] == ["And"]
+    third = policy.update(hyp("so@0.5-0.76 my@0.76-1.0 fellow@1.4-1.8 Americans@1.8-2.3", 0.0, 3.0), None)
+    assert [w.text for w in third.committed] == ["so"]  # "am I" never agreed with "my"

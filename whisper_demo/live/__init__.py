@@ -1,0 +1,37 @@
+"""Live transcription: audio arriving in chunks, re-decoded as it comes, with the words
+that become final (committed) separated from those that may still change (tentative).
+
+    from whisper_demo.live import LiveSession, model_decoder
+    session = LiveSession(model_decoder(model, DecodeOptions(cache="static")))
+    session.add_audio(48000, chunk)            # any thread
+    for item in session.updates(): ...         # TokenEvents, then a LiveUpdate
+    for item in session.finish(): ...          # the rest, committed
+    print(session.committed_text)
+
+policy.py   pure: timestamped hypotheses in, commits and a cut point out
+vad.py      is there speech, where did it end (Silero VAD)
+session.py  one session: audio buffer, when to re-decode, prompt, stats
+worker.py   the thread that drives a session and publishes immutable views
+registry.py sessions by key, idle ones closed
+"""
+
+from .policy import AgreementPolicy, Decision, Hypothesis, TimedWord
+from .registry import SessionRegistry
+from .session import Decoder, LiveConfig, LiveSession, LiveStats, LiveUpdate, model_decoder
+from .vad import VoiceDetector
+from .worker import LiveView, LiveWorker
+
+__all__ = [
+    "AgreementPolicy", "Decision", "Hypothesis", "TimedWord", "SessionRegistry", "Decoder",
+    "LiveConfig", "LiveSession", "LiveStats", "LiveUpdate", "model_decoder", "VoiceDetector",
+    "LiveView", "LiveWorker", "drain",
+]
+
+
+def drain(items):
+    """Run an updates()/finish() generator to its end; its last LiveUpdate (or None)."""
+    last = None
+    for item in items:
+        if isinstance(item, LiveUpdate):
+            last = item
+    return last

@@ -1,0 +1,259 @@
+"""Live benchmark: a long stream of real speech, fed to a LiveSession two ways.
+
+    python -m whisper_demo.bench live [--model tiny.en] [--eval-dir ../shared/eval-dev]
+                                      [--feeds fast,realtime] [--chunk 0.1] [--min-seconds 180]
+
+The stream: every recording of the evaluation folder (manifest.jsonl with references),
+then the package's own example clips, joined with pauses of 0.3-2 s (a fixed seed), and
+repeated until it lasts `--min-seconds`; its reference is the references joined.
+
+The feeds:
+- fast: every chunk is added, then the session's updates are drained; no clock is in
+  play, so the same stream always gives the same text (the benchmark checks it, twice).
+- realtime: a thread adds a chunk every chunk-length of wall time, as a microphone does;
+  the decoder runs whenever enough audio came, as in the app.
+
+Printed per feed: committed WER beside the offline WER of the same model on the same
+stream; phrases committed twice (words the live text has twice in a row where the offline
+transcript of the same audio has them once); chunk end -> first token and speech -> commit (median, p95), the
+latter from each word's end in the audio as the offline decode's word timestamps place it;
+re-decodes per second of audio; the encoder's share of decode time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import difflib
+import json
+import random
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ..audio import load_audio
+from ..decode import transcribe
+from ..events import DecodeOptions
+from ..models import DEFAULT_MODEL, load_model
+from ..text import word_error_rate, words as normalized_words
+from .session import LiveConfig, LiveSession, LiveUpdate, model_decoder
+from .vad import SAMPLE_RATE
+
+PACKAGE = Path(__file__).resolve().parent.parent
+DEFAULT_EVAL_DIR = PACKAGE.parent.parent / "shared" / "eval-dev"
+EXAMPLE_CLIPS = ("jfk.wav", "speech_25s.wav", "short_3s.wav")
+
+
+@dataclass
+class Stream:
+    audio: np.ndarray
+    reference: str
+    pieces: int
+
+
+def example_clip_dir() -> Path:
+    """Where the package's example clips are (their references are in transcripts.json)."""
+    for folder in (PACKAGE / "examples", PACKAGE.parent / "tests" / "data"):
+        if (folder / "jfk.wav").exists():
+            return folder
+    raise FileNotFoundError("the example clips (jfk.wav ...) are missing")
+
+
+def build_stream(eval_dir: Optional[Path], min_seconds: float = 180.0, seed: int = 0) -> Stream:
+    clips: List[Tuple[np.ndarray, str]] = []
+    if eval_dir is not None and (eval_dir / "manifest.jsonl").exists():
+        for line in (eval_dir / "manifest.jsonl").read_text().splitlines():
+            item = json.loads(line)
+            clips.append((load_audio(eval_dir / item["audio"]), item["reference"]))
+    examples = example_clip_dir()
+    references = json.loads((examples / "transcripts.json").read_text())
+    for name in EXAMPLE_CLIPS:
+        clips.append((load_audio(examples / name), references[name]))
+    rng = random.Random(seed)
+    parts, texts, seconds, count = [], [], 0.0, 0
+    while seconds < min_seconds:
+        for audio, reference in clips:
+            pause = np.zeros(int(rng.uniform(0.3, 2.0) * SAMPLE_RATE), dtype=np.float32)
+            parts += [audio, pause]
+            texts.append(reference)
+            seconds += (audio.size + pause.size) / SAMPLE_RATE
+            count += 1
+    return Stream(np.concatenate(parts), " ".join(t for t in texts if t), count)
+
+
+@dataclass
+class FeedResult:
+    feed: str
+    committed: str
+    commit_times: List[float]  # per committed word: stream seconds (fast) or wall seconds (realtime) at commit
+    first_token_ms: List[float]
+    decodes: int
+    encoder_ms: float
+    decode_ms: float
+    wall_seconds: float
+    draft: Dict[str, int] = field(default_factory=dict)
+
+
+def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
+    new = len(update.committed.split()) - len(result.commit_times)
+    result.commit_times += [now] * max(0, new)
+    result.committed = update.committed
+    if update.decoded and update.result is not None:
+        result.encoder_ms += update.result.encoder_ms
+        result.decode_ms += update.result.decode_seconds * 1000
+
+
+def feed_fast(model, options, stream: Stream, chunk_s: float, config: LiveConfig) -> FeedResult:
+    session = LiveSession(model_decoder(model, options), config)
+    result = FeedResult("fast", "", [], [], 0, 0.0, 0.0, 0.0)
+    step = int(chunk_s * SAMPLE_RATE)
+    started = time.perf_counter()
+    for start in range(0, stream.audio.size, step):
+        session.add_samples(stream.audio[start:start + step])
+        position = min(stream.audio.size, start + step) / SAMPLE_RATE
+        for item in session.updates():
+            if isinstance(item, LiveUpdate):
+                _record(item, position, result)
+    for item in session.finish():
+        if isinstance(item, LiveUpdate):
+            _record(item, stream.audio.size / SAMPLE_RATE, result)
+    result.wall_seconds = time.perf_counter() - started
+    result.decodes = session.stats().decodes
+    return result
+
+
+def feed_realtime(model, options, stream: Stream, chunk_s: float, config: LiveConfig) -> FeedResult:
+    session = LiveSession(model_decoder(model, options), config)
+    result = FeedResult("realtime", "", [], [], 0, 0.0, 0.0, 0.0)
+    step = int(chunk_s * SAMPLE_RATE)
+    fed = threading.Event()
+    t0 = time.monotonic()
+
+    def microphone():
+        for i, start in enumerate(range(0, stream.audio.size, step)):
+            delay = t0 + (i + 1) * chunk_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            session.add_samples(stream.audio[start:start + step])
+        fed.set()
+
+    threading.Thread(target=microphone, daemon=True).start()
+    while not fed.is_set():
+        if session.ready():
+            for item in session.updates():
+                if isinstance(item, LiveUpdate):
+                    _record(item, time.monotonic() - t0, result)
+        else:
+            time.sleep(0.01)
+    for item in session.finish():
+        if isinstance(item, LiveUpdate):
+            _record(item, time.monotonic() - t0, result)
+    stats = session.stats()
+    result.first_token_ms = list(session._first_token_ms)
+    result.decodes = stats.decodes
+    result.wall_seconds = time.monotonic() - t0
+    return result
+
+
+def phrases_committed_twice(committed: str, offline: str) -> int:
+    """Phrases of two words or more that the live text has right after themselves where
+    the offline transcript of the same audio has them once: the same audio committed
+    twice. Found on the alignment of the two (normalised) word sequences, so that a
+    phrase the speaker really repeats (in the offline text too) does not count."""
+    live, ref = normalized_words(committed), normalized_words(offline)
+    count = 0
+    matcher = difflib.SequenceMatcher(None, ref, live, autojunk=False)
+    for tag, _, _, j1, j2 in matcher.get_opcodes():
+        if tag not in ("insert", "replace"):
+            continue
+        for n in range(j2 - j1, 1, -1):  # the inserted words start by repeating what precedes
+            if j1 - n >= 0 and live[j1:j1 + n] == live[j1 - n:j1]:
+                count += 1
+                break
+    return count
+
+
+def speech_to_commit(result: FeedResult, offline_words: List[Tuple[str, float]]) -> List[float]:
+    """Per committed word matched to an offline word: commit time - the word's end in the audio."""
+    live = [w for w in result.committed.split()]
+    live_norm = [" ".join(normalized_words(w)) for w in live]
+    off_norm = [" ".join(normalized_words(w)) for w, _ in offline_words]
+    matcher = difflib.SequenceMatcher(None, live_norm, off_norm, autojunk=False)
+    latencies = []
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            i, j = block.a + k, block.b + k
+            if i < len(result.commit_times) and live_norm[i]:
+                latencies.append(result.commit_times[i] - offline_words[j][1])
+    return latencies
+
+
+def pct(values, q) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def report(model_name: str, stream: Stream, offline_text: str, offline_words, results: List[FeedResult]) -> str:
+    seconds = stream.audio.size / SAMPLE_RATE
+    lines = [f"live benchmark: {model_name}, {seconds:.0f} s stream ({stream.pieces} recordings "
+             f"joined with 0.3-2 s pauses), 0.1 s chunks",
+             f"offline WER (same model, whole stream): {100 * word_error_rate(offline_text, stream.reference):.1f} %"]
+    header = (f"{'feed':<9} {'WER':>6} {'twice':>5} {'1st tok ms':>11} {'commit s':>10} "
+              f"{'p95':>5} {'decodes/s':>9} {'enc share':>9} {'wall s':>7}")
+    lines += [header, "-" * len(header)]
+    for r in results:
+        commit = speech_to_commit(r, offline_words)
+        first = f"{pct(r.first_token_ms, 50):.0f}/{pct(r.first_token_ms, 95):.0f}" if r.first_token_ms else "-"
+        share = r.encoder_ms / (r.encoder_ms + r.decode_ms) if r.decode_ms else 0.0
+        lines.append(
+            f"{r.feed:<9} {100 * word_error_rate(r.committed, stream.reference):5.1f}% "
+            f"{phrases_committed_twice(r.committed, offline_text):>5} {first:>11} {pct(commit, 50):>10.2f} "
+            f"{pct(commit, 95):>5.2f} {r.decodes / seconds:>9.2f} {share:>9.0%} {r.wall_seconds:>7.1f}")
+    lines.append("fast: commit times in stream seconds (the algorithm's delay, no compute); "
+                 "realtime: wall seconds on this machine")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench live", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--eval-dir", default=str(DEFAULT_EVAL_DIR))
+    parser.add_argument("--feeds", default="fast,realtime")
+    parser.add_argument("--chunk", type=float, default=0.1)
+    parser.add_argument("--min-seconds", type=float, default=180.0)
+    parser.add_argument("--cache", default="static")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    model = load_model(args.model, progress=False)
+    eval_dir = Path(args.eval_dir)
+    stream = build_stream(eval_dir if eval_dir.exists() else None, args.min_seconds)
+    options = DecodeOptions(cache=args.cache)
+    offline = transcribe(model, stream.audio, DecodeOptions(cache=args.cache, word_timestamps=True))
+    offline_words = [(w.text, w.end) for s in offline.segments for w in s.words]
+    config = LiveConfig()
+    results = []
+    for feed in args.feeds.split(","):
+        if feed == "fast":
+            first = feed_fast(model, options, stream, args.chunk, config)
+            again = feed_fast(model, options, stream, args.chunk, config)
+            print(f"fast feed twice: {'the same text' if first.committed == again.committed else 'DIFFERENT texts'}")
+            results.append(first)
+        elif feed == "realtime":
+            results.append(feed_realtime(model, options, stream, args.chunk, config))
+        else:
+            parser.error(f"unknown feed {feed!r}")
+    print(report(args.model, stream, offline.text, offline_words, results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

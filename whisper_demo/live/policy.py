@@ -1,0 +1,209 @@
+"""When a word heard live becomes final: a pure policy over timestamped hypotheses.
+
+No audio, no clock, no threads, no model: each re-decode of the audio buffer comes in as
+words with times in stream seconds; out come the words to commit (never taken back), the
+words still tentative, and where the session may cut its audio buffer.
+
+The rules, after whisper_streaming's HypothesisBuffer (Machacek, Dabre and Bojar, 2023),
+which compares hypotheses by time, not by word index:
+
+1. Words that start before the end of the committed text (less a little slack for the
+   timing's jitter) were already heard and judged: they are dropped from the hypothesis.
+2. If the hypothesis then opens by repeating the last 1-5 committed words, and those words
+   take no audio of their own (they end about where the committed text ends), it is the
+   decoder hearing again what a cut left at the buffer's start: they are skipped. A phrase
+   the speaker really says twice takes its own time after the committed one, and is kept.
+3. LocalAgreement-2: the longest prefix on which this hypothesis and the previous one agree
+   (compared as normalised words) is committed, except words that ended less than
+   `right_context_seconds` before the end of the audio the previous decode heard: there
+   the earlier decode guessed without hearing what follows ("am I" for "my fellow").
+4. End of speech: when the voice detector says the speaker stopped, this one decode heard
+   the whole utterance and the silence after it, as an offline decode does: its words up
+   to the end of speech are committed without waiting for a second decode. Words placed
+   after the end of speech were heard in silence: they are dropped, never committed.
+5. The buffer may be cut after committed text (the session keeps the audio before a cut
+   as context otherwise): past `cut_after_seconds`, at the last committed sentence end or
+   Whisper segment end; past
+   `max_buffer_seconds`, at the last committed word, or (if nothing agreed for that long)
+   after the words that end `keep_seconds` before the buffer's end, which are committed.
+6. At the end of the session the last decode's words are committed, unless they are the
+   previous hypothesis with words left out (Whisper sometimes skips a repeated phrase):
+   then the fuller one is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple
+
+START_SLACK_S = 0.1  # a word starting this close before the committed end is still new
+REPEAT_WINDOW_S = 1.0  # a repeat is looked for only right after the committed end
+MAX_REPEAT_WORDS = 5
+
+
+def normalize_word(text: str) -> str:
+    """What agreement compares: lower case, no punctuation (Whisper re-punctuates freely)."""
+    norm = re.sub(r"[^\w']", "", text.lower()).strip("'")
+    return norm or text.strip().lower()
+
+
+@dataclass(frozen=True)
+class TimedWord:
+    text: str  # as Whisper wrote it, punctuation included, no surrounding spaces
+    start: float  # stream seconds
+    end: float
+
+    @property
+    def norm(self) -> str:
+        return normalize_word(self.text)
+
+    @property
+    def ends_sentence(self) -> bool:
+        return self.text.rstrip("\"')]").endswith((".", "?", "!", "…"))
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One re-decode of the buffer, in stream time."""
+
+    words: Tuple[TimedWord, ...]
+    segment_ends: Tuple[float, ...] = ()  # where Whisper closed a segment (not the last one)
+    buffer_start: float = 0.0
+    buffer_end: float = 0.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    committed: Tuple[TimedWord, ...]  # newly committed, in order
+    tentative: Tuple[TimedWord, ...]  # the rest of this hypothesis (may still change)
+    cut_at: Optional[float] = None  # the buffer may be cut here (stream seconds)
+    reason: str = ""  # which rule committed or cut, for the log and the panel
+
+
+@dataclass
+class AgreementPolicy:
+    cut_after_seconds: float = 15.0
+    max_buffer_seconds: float = 25.0
+    keep_seconds: float = 5.0  # a forced cut keeps this much of the buffer's end uncommitted
+    right_context_seconds: float = 0.3  # audio the earlier decode must have heard after a word
+    committed: List[TimedWord] = field(default_factory=list)  # the whole session's
+    previous: List[TimedWord] = field(default_factory=list)  # last hypothesis, uncommitted part
+    _previous_end: float = 0.0  # where the audio of the last hypothesis ended
+
+    @property
+    def committed_end(self) -> float:
+        return self.committed[-1].end if self.committed else 0.0
+
+    def committed_before(self, stream_seconds: float) -> List[TimedWord]:
+        """Committed words said before a time: the prompt of a buffer starting there."""
+        return [w for w in self.committed if w.end <= stream_seconds + START_SLACK_S]
+
+    def update(self, hyp: Hypothesis, speech_end: Optional[float] = None) -> Decision:
+        """Take one hypothesis. `speech_end`: where the speaker stopped, if the voice
+        detector saw the speech end inside this buffer (and the pause after it)."""
+        new = self._new_words(hyp.words)
+        if speech_end is not None:
+            heard = [w for w in new if w.start < speech_end]
+            return self._commit(heard, (), hyp, reason="end of speech")
+        agreed = _common_prefix(self.previous, new)
+        # A word at the very end of the audio the previous decode heard may have been cut
+        # short or guessed without what follows: its agreement does not count yet.
+        heard_until = self._previous_end - self.right_context_seconds
+        while agreed and new[agreed - 1].end > heard_until:
+            agreed -= 1
+        self._previous_end = hyp.buffer_end
+        reason = "two decodes agreed" if agreed else ""
+        return self._commit(new[:agreed], new[agreed:], hyp, reason)
+
+    def finish(self, hyp: Optional[Hypothesis] = None, speech_end: Optional[float] = None) -> Decision:
+        """The session ended: commit what the last decode heard, or without one the last
+        tentative words. If the last decode is the previous hypothesis with words left out
+        (Whisper sometimes skips a repeated phrase), the fuller one is kept (rule 6)."""
+        if hyp is None:
+            return self._commit(self.previous, (), None, reason="finish")
+        words = self._new_words(hyp.words)
+        if speech_end is not None:
+            words = [w for w in words if w.start < speech_end]
+        reason = "finish"
+        if _leaves_out_words_of(words, self.previous):
+            words, reason = list(self.previous), "finish (kept the fuller previous hypothesis)"
+        return self._commit(words, (), None, reason=reason)
+
+    # ------------------------------------------------------------------ rules
+
+    def _new_words(self, words: Sequence[TimedWord]) -> List[TimedWord]:
+        end = self.committed_end
+        new = [w for w in words if w.start > end - START_SLACK_S] if self.committed else list(words)
+        return new[self._repeat_length(new):]
+
+    def _repeat_length(self, new: List[TimedWord]) -> int:
+        """How many words at the start of `new` repeat the committed tail without taking
+        audio of their own (rule 2); 0 when there is no such repeat."""
+        if not new or not self.committed or abs(new[0].start - self.committed_end) > REPEAT_WINDOW_S:
+            return 0
+        for n in range(min(MAX_REPEAT_WORDS, len(new), len(self.committed)), 0, -1):
+            tail = self.committed[-n:]
+            if [w.norm for w in tail] != [w.norm for w in new[:n]]:
+                continue
+            # said again, it would end about one phrase-length after the committed end
+            own_time = (tail[-1].end - tail[0].start) / 2
+            if new[n - 1].end < self.committed_end + own_time:
+                return n
+        return 0
+
+    def _commit(self, words, tentative, hyp: Optional[Hypothesis], reason: str) -> Decision:
+        words, tentative = list(words), list(tentative)
+        cut_at = None
+        if hyp is not None:
+            cut_at, forced = self._cut_point(words, tentative, hyp)
+            if forced:
+                words, tentative = words + forced, tentative[len(forced):]
+                reason = "buffer full: committed what is older than the last seconds"
+        self.committed.extend(words)
+        self.previous = tentative
+        return Decision(tuple(words), tuple(tentative), cut_at, reason)
+
+    def _cut_point(self, words, tentative, hyp: Hypothesis):
+        """(cut_at, words forced into the commit) by rule 5."""
+        length = hyp.buffer_end - hyp.buffer_start
+        if length <= self.cut_after_seconds:
+            return None, []
+        done = self.committed + words
+        if not done or done[-1].end <= hyp.buffer_start:
+            last_end = None
+        else:
+            last_end = done[-1].end
+        sentence = next((w.end for w in reversed(done) if w.ends_sentence and w.end > hyp.buffer_start), None)
+        segment = max((e for e in hyp.segment_ends if hyp.buffer_start < e <= (last_end or -1.0) + START_SLACK_S),
+                      default=None)
+        candidates = [t for t in (sentence, segment) if t is not None]
+        if candidates:
+            return max(candidates), []
+        if length <= self.max_buffer_seconds:
+            return None, []
+        if last_end is not None:
+            return last_end, []
+        # Nothing agreed for the whole buffer: take the older words as they are.
+        limit = hyp.buffer_end - self.keep_seconds
+        forced = list(itertools.takewhile(lambda w: w.end <= limit, tentative))
+        return (forced[-1].end if forced else limit), forced
+
+
+def _leaves_out_words_of(words: Sequence[TimedWord], fuller: Sequence[TimedWord]) -> bool:
+    """True when `words` are `fuller` with some left out: shorter, in order, same last word."""
+    short, full = [w.norm for w in words], [w.norm for w in fuller]
+    if not short or len(short) >= len(full) or short[-1] != full[-1]:
+        return False
+    remaining = iter(full)
+    return all(word in remaining for word in short)
+
+
+def _common_prefix(a: Sequence[TimedWord], b: Sequence[TimedWord]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x.norm != y.norm:
+            break
+        n += 1
+    return n

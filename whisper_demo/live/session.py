@@ -1,0 +1,419 @@
+"""One live session: the audio buffer, when to re-decode it, and what to show.
+
+    session = LiveSession(model_decoder(model, DecodeOptions()))
+    session.add_audio(48000, int16_chunk)      # any rate and size; thread safe, never waits
+    for item in session.updates():             # nothing unless enough new audio arrived
+        if isinstance(item, TokenEvent): ...   # one per decoder step of the re-decode
+        else: update = item                    # LiveUpdate: an immutable snapshot
+    for item in session.finish(): ...          # decodes the rest and commits it
+    session.committed_text
+
+The decoder is passed in (a callable: audio, prompt -> TokenEvents then a DecodeResult
+with word timestamps), the voice detector too, so the session can be driven by a stand-in
+of either. What is final is the policy's call (policy.py); this module only feeds it:
+
+* Audio arrives on any thread and waits in a pending list; the voice detector scores it
+  when a re-decode takes it (on the decoding thread).
+* A re-decode runs when `min_new_seconds` of audio came since the last one. Nothing is
+  decoded while the buffer holds no speech (silence is trimmed to a short lead-in), nor
+  when no new speech came and every word heard is committed.
+* The prompt is the committed text said before the buffer, as openai-whisper's transcribe
+  conditions each window on the text before it.
+* The buffer is cut where the policy allows it, moved into the pause that follows when
+  there is one (a cut in silence never splits a word), so the buffer, the decode and the
+  cache stay bounded however long the session runs.
+
+All state belongs to the thread that calls updates()/finish() (the worker); other threads
+only add audio (under a lock) or read the LiveUpdates it produced, which never change.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Callable, Deque, Iterator, List, Optional, Tuple, Union
+
+import numpy as np
+
+from ..audio import load_audio_chunk
+from ..decode import stream_transcribe
+from ..events import DecodeOptions, DecodeResult, TokenEvent
+from .policy import AgreementPolicy, Decision, Hypothesis, TimedWord
+from .vad import SAMPLE_RATE, VoiceDetector
+
+# Fast speech is 4-5 words (5-7 tokens) a second, with a timestamp pair per segment.
+MAX_TOKENS_PER_SECOND = 10
+MAX_TOKENS_BASE = 20
+
+Decoder = Callable[[np.ndarray, Optional[str]], Iterator[Union[TokenEvent, DecodeResult]]]
+
+
+def model_decoder(model, options: Optional[DecodeOptions] = None) -> Decoder:
+    """The real decoder: stream_transcribe with word timestamps and the given prompt."""
+    options = replace(options or DecodeOptions(), word_timestamps=True, timestamps=True)
+
+    def decode(audio: np.ndarray, prompt: Optional[str]):
+        # A loop ("aaaa...") would otherwise run to 224 tokens: seconds of a live decode.
+        limit = MAX_TOKENS_BASE + int(MAX_TOKENS_PER_SECOND * audio.size / SAMPLE_RATE)
+        return stream_transcribe(model, audio, replace(
+            options, prompt=prompt, max_tokens_per_window=min(limit, model.dims.n_text_ctx // 2)))
+
+    decode.options = options  # what the panel shows (cache mode, beams)
+    return decode
+
+
+@dataclass(frozen=True)
+class LiveConfig:
+    min_new_seconds: float = 0.5  # new audio that makes a re-decode worth running
+    pause_seconds: float = 0.5  # silence after speech that ends an utterance
+    min_speech_seconds: float = 0.2  # voiced audio needed before anything is decoded
+    long_pause_seconds: float = 1.0  # once all is committed, a pause this long is cut
+    lead_in_seconds: float = 0.3  # silence kept before the next speech after such a cut
+    cut_after_seconds: float = 15.0  # past this, cut at a committed sentence or segment end
+    max_buffer_seconds: float = 25.0  # past this, cut at the last committed word
+    hard_limit_seconds: float = 29.5  # one Whisper window: older audio is dropped (counted)
+    max_backlog_seconds: float = 120.0  # audio waiting for a stalled decoder
+    prompt_chars: int = 200  # committed text given as the prompt (whisper_streaming's 200)
+    history: int = 2000  # latency samples kept for the medians
+
+
+@dataclass(frozen=True)
+class LiveStats:
+    """Latency and work figures of a session so far."""
+
+    decodes: int
+    skipped: int  # re-decodes not run: no speech, or nothing new said
+    first_token_ms_median: Optional[float]  # newest chunk's arrival -> first token
+    first_token_ms_p95: Optional[float]
+    commit_s_median: Optional[float]  # a word's end arriving -> the word committed
+    commit_s_p95: Optional[float]
+    last_first_token_ms: Optional[float]
+    last_decode_ms: Optional[float]  # wall time of the last re-decode, encoder included
+    last_encoder_ms: Optional[float]  # the encoder's part of it
+    audio_seconds: float  # received so far
+    buffer_seconds: float  # held for re-decoding
+    dropped_seconds: float  # discarded: a decoder too slow for the stream (never silently)
+    lost_seconds: float  # should have arrived by now and did not (chunks lost on the way)
+
+
+@dataclass(frozen=True)
+class LiveUpdate:
+    committed: str  # everything committed so far
+    tentative: str  # the current hypothesis after the committed text (may still change)
+    new_committed: str  # what this update committed ("" if nothing)
+    decoded: bool  # whether a re-decode ran for this update
+    first_token_ms: Optional[float]
+    commit_latencies_s: Tuple[float, ...]  # speech -> commit for each newly committed word
+    stats: LiveStats
+    result: Optional[DecodeResult] = None  # of this re-decode
+    last_event: Optional[TokenEvent] = None  # its last decoder step (cache panel)
+    trimmed_seconds: float = 0.0  # audio cut from the buffer's start
+    final: bool = False  # from finish()
+    reason: str = ""  # which rule committed or cut, or why no decode ran
+
+
+def percentile(values, q) -> Optional[float]:
+    return float(np.percentile(np.asarray(values), q)) if len(values) else None
+
+
+class LiveSession:
+    """One live session (a browser tab or a microphone). Many may share one model."""
+
+    def __init__(self, decoder: Decoder, config: Optional[LiveConfig] = None,
+                 vad: Optional[VoiceDetector] = None, clock: Callable[[], float] = time.monotonic):
+        self.decoder = decoder  # replaced by set_decoder (e.g. the cache switch)
+        self.config = config or LiveConfig()
+        self.vad = vad if vad is not None else VoiceDetector()
+        self.clock = clock
+        self.policy = AgreementPolicy(cut_after_seconds=self.config.cut_after_seconds,
+                                      max_buffer_seconds=self.config.max_buffer_seconds)
+
+        self._lock = threading.Lock()  # guards the audio that waits and its arrival marks
+        self._pending: List[np.ndarray] = []
+        self._pending_samples = 0
+        self._received = 0  # stream samples received
+        self._arrivals: Deque[Tuple[int, float]] = deque()  # (stream end sample, wall time)
+        self._first_arrival: Optional[float] = None
+        self._first_chunk = 0  # samples
+        self._max_chunk = 0
+        self._behind = 0.0  # wall time since the first chunk minus audio after it
+        self._dropped = 0  # samples
+
+        self._buffer = np.zeros(0, dtype=np.float32)
+        self._offset = 0  # stream sample of buffer[0]
+        self._decoded_to = 0  # stream sample up to which the last re-decode heard
+        self._tentative: Tuple[TimedWord, ...] = ()
+        self._decodes = 0
+        self._skipped = 0
+        self._first_token_ms: Deque[float] = deque(maxlen=self.config.history)
+        self._commit_s: Deque[float] = deque(maxlen=self.config.history)
+        self._last_first_token_ms: Optional[float] = None
+        self._last_decode_ms: Optional[float] = None
+        self._last_encoder_ms: Optional[float] = None
+        self.last_activity = clock()
+        self.finished = False
+
+    # ------------------------------------------------------------------ input (any thread)
+
+    def add_audio(self, sample_rate: int, chunk) -> None:
+        """Queue a chunk of any rate, dtype and channel count (AudioError if not audio)."""
+        arrived = self.clock()
+        self._add(load_audio_chunk(sample_rate, np.asarray(chunk)), arrived)
+
+    def add_samples(self, samples: np.ndarray) -> None:
+        """Queue float32 mono 16 kHz samples."""
+        arrived = self.clock()
+        self._add(np.ascontiguousarray(samples, dtype=np.float32).reshape(-1), arrived)
+
+    def _add(self, samples: np.ndarray, arrived: float) -> None:
+        if samples.size == 0:
+            return
+        with self._lock:
+            self._pending.append(samples)
+            self._pending_samples += samples.size
+            self._received += samples.size
+            self._arrivals.append((self._received, arrived))
+            if self._first_arrival is None:
+                self._first_arrival, self._first_chunk = arrived, samples.size
+            self._max_chunk = max(self._max_chunk, samples.size)
+            self._behind = (arrived - self._first_arrival) - (self._received - self._first_chunk) / SAMPLE_RATE
+            # Nobody consumes (a stalled decoder): keep memory bounded, oldest audio first.
+            limit = int(self.config.max_backlog_seconds * SAMPLE_RATE)
+            while self._pending_samples > limit and len(self._pending) > 1:
+                dropped = self._pending.pop(0)
+                self._pending_samples -= dropped.size
+                self._dropped += dropped.size
+            self.last_activity = arrived
+
+    def set_decoder(self, decoder: Decoder) -> None:
+        """Use another decoder (e.g. the cache switched off) from the next re-decode on."""
+        self.decoder = decoder
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def committed_text(self) -> str:
+        return " ".join(w.text for w in self.policy.committed)
+
+    @property
+    def tentative_text(self) -> str:
+        return " ".join(w.text for w in self._tentative)
+
+    @property
+    def audio_seconds(self) -> float:
+        return self._received / SAMPLE_RATE
+
+    @property
+    def buffer_seconds(self) -> float:
+        return self._buffer.size / SAMPLE_RATE
+
+    def ready(self) -> bool:
+        """Enough new audio for a re-decode (cheap; any thread)."""
+        with self._lock:
+            new = self._received - self._decoded_to
+        return not self.finished and new >= self.config.min_new_seconds * SAMPLE_RATE
+
+    def idle_seconds(self) -> float:
+        return self.clock() - self.last_activity
+
+    @property
+    def lost_seconds(self) -> float:
+        """Audio that should have arrived and did not: the wall time since the first chunk
+        less the audio received after it, beyond the slack of one chunk. While the session
+        runs, a stream that stopped arriving counts from the clock."""
+        with self._lock:
+            slack = self._max_chunk / SAMPLE_RATE
+            behind = self._behind
+            if self._first_arrival is not None and not self.finished:
+                behind = max(behind, (self.clock() - self._first_arrival)
+                             - (self._received - self._first_chunk) / SAMPLE_RATE - slack)
+        return behind if behind > slack else 0.0
+
+    def stats(self) -> LiveStats:
+        ft, cs = list(self._first_token_ms), list(self._commit_s)
+        return LiveStats(
+            decodes=self._decodes, skipped=self._skipped,
+            first_token_ms_median=percentile(ft, 50), first_token_ms_p95=percentile(ft, 95),
+            commit_s_median=percentile(cs, 50), commit_s_p95=percentile(cs, 95),
+            last_first_token_ms=self._last_first_token_ms, last_decode_ms=self._last_decode_ms,
+            last_encoder_ms=self._last_encoder_ms, audio_seconds=self.audio_seconds,
+            buffer_seconds=self.buffer_seconds, dropped_seconds=self._dropped / SAMPLE_RATE,
+            lost_seconds=self.lost_seconds)
+
+    def preview(self, event: TokenEvent) -> Tuple[str, str]:
+        """(committed, tentative) while a re-decode is still emitting tokens: its words
+        after the ones already committed from this buffer."""
+        in_buffer = sum(1 for w in self.policy.committed if w.end > self._offset / SAMPLE_RATE)
+        return self.committed_text, " ".join(event.transcript.split()[in_buffer:])
+
+    # ------------------------------------------------------------------ decoding (one thread)
+
+    def updates(self) -> Iterator[Union[TokenEvent, LiveUpdate]]:
+        """Re-decode if enough new audio arrived: TokenEvents, then one LiveUpdate."""
+        if not self.ready():
+            return
+        yield from self._step(final=False)
+
+    def finish(self) -> Iterator[Union[TokenEvent, LiveUpdate]]:
+        """Decode what is left and commit all of it. The session takes no more decodes."""
+        if self.finished:
+            yield self._update(Decision((), ()), decoded=False, final=True, reason="finished")
+            return
+        yield from self._step(final=True)
+        self.finished = True
+
+    def _take_pending(self) -> Optional[float]:
+        """Move the waiting audio into the buffer and score it; the newest arrival time."""
+        with self._lock:
+            chunks, self._pending, self._pending_samples = self._pending, [], 0
+            newest = self._arrivals[-1][1] if self._arrivals else None
+        if chunks:
+            audio = np.concatenate(chunks)
+            self.vad.add(audio)
+            self._buffer = np.concatenate([self._buffer, audio])
+        limit = int(self.config.hard_limit_seconds * SAMPLE_RATE)
+        if self._buffer.size > limit:  # decodes slower than the stream: never one window more
+            self._dropped += self._buffer.size - limit
+            self._cut_to(self._offset + self._buffer.size - limit)
+        return newest
+
+    def _step(self, final: bool):
+        newest_arrival = self._take_pending()
+        end = self._offset + self._buffer.size
+        config = self.config
+        voice_end = self.vad.last_voice_end
+        has_speech = self.vad.voiced_seconds(self._offset) >= (1e-9 if final else config.min_speech_seconds)
+        new_speech = voice_end > self._decoded_to
+
+        if not has_speech or (not final and not new_speech and not self._tentative):
+            # Nothing to transcribe, or nothing new said and all of it committed: don't ask
+            # the decoder. After a long pause the buffer restarts: what was said before it
+            # is committed and becomes the prompt, and Whisper is not left to invent text
+            # in a long silence. A short pause stays, with the speech before it as context.
+            self._skipped += 1
+            self._decoded_to = end
+            trimmed = 0.0
+            silence = end - max(voice_end, self._offset)
+            if not self._tentative and silence >= config.long_pause_seconds * SAMPLE_RATE:
+                trimmed = self._cut_to(end - int(config.lead_in_seconds * SAMPLE_RATE))
+            decision = self.policy.finish() if final else Decision((), self._tentative)
+            yield self._update(decision, decoded=False, final=final, trimmed=trimmed,
+                               reason="no speech" if not has_speech else "no new speech")
+            return
+
+        self._decodes += 1
+        offset_s = self._offset / SAMPLE_RATE
+        prompt = self._prompt(offset_s)
+        started = self.clock()
+        first_token_ms, last_event, result = None, None, None
+        decoding = self.decoder(self._buffer, prompt)
+        try:
+            for item in decoding:
+                if isinstance(item, TokenEvent):
+                    if first_token_ms is None and newest_arrival is not None:
+                        first_token_ms = (self.clock() - newest_arrival) * 1000
+                    last_event = item
+                    yield item
+                else:
+                    result = item
+        finally:
+            decoding.close()
+        now = self.clock()
+        self.last_activity = now
+        self._decoded_to = end
+        self._last_decode_ms = (now - started) * 1000
+        self._last_encoder_ms = result.encoder_ms if result is not None else None
+        self._last_first_token_ms = first_token_ms
+        if first_token_ms is not None:
+            self._first_token_ms.append(first_token_ms)
+
+        hypothesis = _hypothesis(result, offset_s, end / SAMPLE_RATE)
+        pause = (end - voice_end) >= config.pause_seconds * SAMPLE_RATE
+        speech_end = voice_end / SAMPLE_RATE if pause else None
+        if result is not None and _looped(result.text):
+            # The decoder fell into a loop ("aaaa...", a phrase over and over), which
+            # openai-whisper's transcribe detects the same way. Its words get no vote.
+            hypothesis = None
+        if final:
+            decision = self.policy.finish(hypothesis, speech_end)
+        elif hypothesis is None:
+            decision = Decision((), self._tentative, reason="decoder looped; hypothesis ignored")
+        else:
+            decision = self.policy.update(hypothesis, speech_end)
+        latencies = self._commit_latencies(decision.committed, now, record=not final)
+        trimmed = self._cut_to(self._cut_sample(decision.cut_at)) if decision.cut_at is not None else 0.0
+        if final:
+            trimmed += self._cut_to(self._offset + self._buffer.size)
+        yield self._update(decision, decoded=True, final=final, first_token_ms=first_token_ms,
+                           latencies=latencies, result=result, last_event=last_event,
+                           trimmed=trimmed, reason=decision.reason)
+
+    def _prompt(self, buffer_start_s: float) -> Optional[str]:
+        text = " ".join(w.text for w in self.policy.committed_before(buffer_start_s))
+        return text[-self.config.prompt_chars:].lstrip() or None
+
+    def _cut_sample(self, cut_at: float) -> int:
+        """The policy's cut point moved into the pause that follows it, if one comes soon."""
+        sample = int(round(cut_at * SAMPLE_RATE))
+        pause = self.vad.pause_after(sample, within=int(0.5 * SAMPLE_RATE))
+        return pause if pause is not None else sample
+
+    def _cut_to(self, stream_sample: int) -> float:
+        end = self._offset + self._buffer.size
+        stream_sample = min(max(stream_sample, self._offset), end)
+        n = stream_sample - self._offset
+        if n <= 0:
+            return 0.0
+        self._buffer = self._buffer[n:].copy()
+        self._offset = stream_sample
+        self.vad.forget_before(self._offset)
+        with self._lock:  # arrival marks are kept only for audio still held
+            while len(self._arrivals) > 1 and self._arrivals[1][0] <= self._offset:
+                self._arrivals.popleft()
+        return n / SAMPLE_RATE
+
+    def _commit_latencies(self, words, now: float, record: bool) -> Tuple[float, ...]:
+        """Per committed word: from the arrival of the audio holding its end to now."""
+        latencies = tuple(now - self._arrival_of(w.end) for w in words)
+        if record:
+            self._commit_s.extend(latencies)
+        return latencies
+
+    def _arrival_of(self, stream_seconds: float) -> float:
+        sample = int(stream_seconds * SAMPLE_RATE)
+        with self._lock:
+            for end, wall in self._arrivals:
+                if end >= sample:
+                    return wall
+            return self._arrivals[-1][1] if self._arrivals else self.clock()
+
+    def _update(self, decision: Decision, *, decoded: bool, final: bool, first_token_ms=None,
+                latencies=(), result=None, last_event=None, trimmed=0.0, reason="") -> LiveUpdate:
+        self._tentative = () if final else decision.tentative
+        return LiveUpdate(
+            committed=self.committed_text, tentative=self.tentative_text,
+            new_committed=" ".join(w.text for w in decision.committed), decoded=decoded,
+            first_token_ms=first_token_ms, commit_latencies_s=tuple(latencies),
+            stats=self.stats(), result=result, last_event=last_event,
+            trimmed_seconds=trimmed, final=final, reason=reason)
+
+
+COMPRESSION_RATIO_LIMIT = 2.4  # openai-whisper transcribe()'s test for a looping decode
+
+
+def _looped(text: str) -> bool:
+    data = text.encode("utf-8")
+    return len(data) > 40 and len(data) / len(zlib.compress(data)) > COMPRESSION_RATIO_LIMIT
+
+
+def _hypothesis(result: Optional[DecodeResult], offset_s: float, end_s: float) -> Hypothesis:
+    """A re-decode's words in stream time (word timestamps are relative to the buffer)."""
+    if result is None:
+        return Hypothesis((), (), offset_s, end_s)
+    words = tuple(TimedWord(w.text.strip(), offset_s + w.start, offset_s + w.end)
+                  for segment in result.segments for w in segment.words if w.text.strip())
+    segment_ends = tuple(offset_s + s.end for s in result.segments[:-1])
+    return Hypothesis(words, segment_ends, offset_s, end_s)
