@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from whisper_demo.cache import MODULE_FORWARD_LOCK, hook_count, self_cache_bytes
+from whisper_demo.cache import hook_count, self_cache_bytes
 from whisper_demo.decode import stream_transcribe
 from whisper_demo.events import DecodeOptions, TokenEvent
 from whisper_demo.ui import Defaults, ModelStore, build_app, panel
@@ -168,11 +168,8 @@ def test_stop_frees_the_cache_and_removes_hooks(app, tiny_model, mode):
             if seen == 2:
                 break
     assert seen == 2
-    if mode == "hooks":
-        assert hook_count(tiny_model) > 0  # mid-decode, openai-whisper's hooks are in place
     gen.close()  # what Gradio does on Stop (SyncToAsyncIterator.aclose)
     assert hook_count(tiny_model) == 0
-    assert not MODULE_FORWARD_LOCK.locked()
     # and a decode right after runs normally
     assert "ask not" in run(app, "transcribe", JFK, mode=mode)[-1][0].lower()
 

@@ -24,7 +24,7 @@ from whisper.decoding import DecodingOptions, DecodingTask
 from whisper.model import Whisper
 from whisper.tokenizer import Tokenizer, get_tokenizer
 
-from .cache import MODULE_FORWARD_LOCK, make_cache
+from .cache import make_cache
 from .events import DecodeOptions, DecodeResult, Segment, TokenEvent
 
 # openai-whisper transcribe()'s defaults for when to retry a window at a higher temperature
@@ -327,8 +327,8 @@ def _encode(model, mel_window, stats: _Stats):
 def _detect_language(model: Whisper, audio_features) -> str:
     if not model.is_multilingual:
         return "en"
-    # detect_language runs the decoder's modules: not while a hooks decode has them.
-    with MODULE_FORWARD_LOCK, torch.inference_mode():
+    # No lock needed: a hooks decode runs its own copy of the decoder's modules (cache.py).
+    with torch.inference_mode():
         _, probs = model.detect_language(audio_features)
     return max(probs[0], key=probs[0].get)
 
