@@ -167,11 +167,17 @@ def main(argv=None) -> int:
 
     from whisper_demo.events import DecodeOptions
     from whisper_demo.models import ModelError, load_model
+    from whisper_demo.options import decode_options
 
+    # The page's starting choices and the terminal mic's options, by the same rule as the page.
     try:
-        options = DecodeOptions(cache=args.cache, beam_size=args.beam_size, precision=args.precision)
+        options = decode_options(DecodeOptions(), cache=args.cache, beam_size=args.beam_size,
+                                 precision=args.precision)
     except ValueError as exc:
         fail(str(exc))
+    if options.precision != args.precision:
+        print(f"note: --cache {args.cache} runs openai-whisper's modules as they are, in exact "
+              f"precision; --precision {args.precision} applies to static and off", file=sys.stderr)
     print(f"loading {args.model}…", file=sys.stderr, flush=True)
     try:
         model = load_model(args.model, device=device, progress=True)

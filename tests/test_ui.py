@@ -18,7 +18,7 @@ from whisper_demo.cache import hook_count, self_cache_bytes
 from whisper_demo.decode import stream_transcribe
 from whisper_demo.events import DecodeOptions, TokenEvent
 from whisper_demo.ui import Defaults, ModelStore, build_app, panel
-from whisper_demo.ui.transcribe_tab import Throttle, effective_mode
+from whisper_demo.ui.transcribe_tab import Throttle
 
 DATA = Path(__file__).parent / "data"
 JFK = str(DATA / "jfk.wav")
@@ -180,13 +180,6 @@ def test_stop_button_cancels_every_decode_event(app):
     assert decode_ids and any(decode_ids <= set(f.cancels) for f in stops)
     assert all(app.fns[i].concurrency_limit == 2 for i in decode_ids)
     assert app._queue.max_size == 16
-
-
-def test_cache_switch_and_mode_agree():
-    assert effective_mode(False, "static") == "off"
-    assert effective_mode(False, "hooks") == "off"
-    assert effective_mode(True, "hooks") == "hooks"
-    assert effective_mode(True, "off") == "static"  # ticking the box turns a cache on
 
 
 def test_throttle_sends_first_token_then_batches():
