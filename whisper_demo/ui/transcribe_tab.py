@@ -29,9 +29,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from contextlib import closing
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Generator, List, Optional, Set, Tuple
 
 import gradio as gr
 from whisper.tokenizer import LANGUAGES
@@ -193,9 +192,11 @@ class TranscribeTab:
         return frame
 
     def _run(self, model, samples, options, label: str, chart_series: dict, previous,
-             transcript_prefix: str = "", compare_value: str = "", request=None) -> Iterator[tuple]:
-        """Stream one decode. Yields page tuples; the last thing it yields is
-        ("result", DecodeResult, RunStats) for the caller."""
+             transcript_prefix: str = "", compare_value: str = "",
+             request=None) -> Generator[tuple, None, Tuple[DecodeResult, "panel.RunStats"]]:
+        """Stream one decode: yields page tuples, returns (DecodeResult, RunStats), so a
+        handler writes `result, stats = yield from self._run(...)` (closing the handler
+        closes this generator, and with it the decoder)."""
         stats = panel.RunStats()
         throttle = Throttle()
         legend: list = []
@@ -227,7 +228,7 @@ class TranscribeTab:
             stream.close()
             self._untrack(request, finished)
             _log_end(model, options, samples, stats, result)
-        yield ("result", result, stats)
+        return result, stats
 
     # --- handlers -----------------------------------------------------------------------
 
@@ -242,12 +243,7 @@ class TranscribeTab:
         if previous:
             prev = (f"previous: {previous[0]}", previous[1])
         series: dict = {}
-        with closing(self._run(model, samples, options, label, series, prev, request=request)) as run:
-            for out in run:
-                if out[0] == "result":
-                    _, result, stats = out
-                    break
-                yield out
+        result, stats = yield from self._run(model, samples, options, label, series, prev, request=request)
         final_panel = panel.panel_html(result, model, last_event=stats.last_event,
                                        wall_seconds=stats.wall_seconds)
         yield (result.text, final_panel, self._chart(series, prev, []), "", (label, list(result.latencies_ms)))
@@ -267,14 +263,8 @@ class TranscribeTab:
         for i, options in enumerate((on, off)):
             label = panel.series_label(options.cache, options.beam_size)
             note = waiting if i == 0 else '<div class="wk-sub">Comparing: run 2 of 2, without the cache…</div>'
-            with closing(self._run(model, samples, options, label, series, None,
-                                   compare_value=note, request=request)) as run:
-                for out in run:
-                    if out[0] == "result":
-                        _, result, stats = out
-                        break
-                    yield out
-            results.append((result, stats))
+            results.append((yield from self._run(model, samples, options, label, series, None,
+                                                 compare_value=note, request=request)))
         (r_on, s_on), (r_off, s_off) = results
         final_panel = panel.panel_html(r_off, model, last_event=s_off.last_event,
                                        wall_seconds=s_off.wall_seconds,
