@@ -1,14 +1,14 @@
-"""Shared fixtures: the real tiny.en model (loaded once) and the bundled speech clips."""
+"""Shared fixtures: the real tiny.en model (loaded once) and the example speech clips
+(whisper_demo/examples/, shipped with the package)."""
 
-import json
-from pathlib import Path
 
 import pytest
 
 import whisper_demo  # noqa: F401  (first: it sets OpenMP's wait policy before torch loads)
 import torch
 
-DATA = Path(__file__).parent / "data"
+from whisper_demo.examples import EXAMPLES_DIR as EXAMPLES  # the clips and transcripts.json
+from whisper_demo.examples import reference_transcripts
 
 # At most two threads, as on the 2-core machines the project is measured on.
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
@@ -23,7 +23,7 @@ def tiny_model():
 
 @pytest.fixture(scope="session")
 def transcripts():
-    return json.loads((DATA / "transcripts.json").read_text())
+    return reference_transcripts()
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +35,7 @@ def clip():
 
     def load(name):
         if name not in cache:
-            cache[name] = load_audio(DATA / name)
+            cache[name] = load_audio(EXAMPLES / name)
         return cache[name]
 
     return load

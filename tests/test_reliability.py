@@ -30,7 +30,7 @@ from whisper_demo.decode import stream_transcribe, transcribe
 from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
 from whisper_demo.ui import Defaults, ModelStore, build_app
 
-DATA = REPO / "tests" / "data"
+from whisper_demo.examples import EXAMPLES_DIR as DATA
 JFK = DATA / "jfk.wav"
 SHORT = DATA / "short_3s.wav"
 LIMIT_S = 20  # the page's --max-audio-seconds in these tests

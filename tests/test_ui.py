@@ -7,7 +7,6 @@ check the wiring: a handler that is not registered under its name fails here.
 import re
 import socket
 import threading
-from pathlib import Path
 
 import gradio as gr
 import numpy as np
@@ -20,7 +19,7 @@ from whisper_demo.events import DecodeOptions, TokenEvent
 from whisper_demo.ui import Defaults, ModelStore, build_app, panel
 from whisper_demo.ui.transcribe_tab import Throttle
 
-DATA = Path(__file__).parent / "data"
+from whisper_demo.examples import EXAMPLES_DIR as DATA
 JFK = str(DATA / "jfk.wav")
 
 

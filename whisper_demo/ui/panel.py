@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import html
 import time
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -100,7 +100,7 @@ def _tile(label: str, value: str, sub: str = "", cls: str = "") -> str:
 def _check(measured: int, formula: int) -> str:
     if measured == formula:
         return '<span class="wk-ok" title="measured equals the formula">✓ formula</span>'
-    return f'<span class="wk-warn" title="measured differs from the formula">≠ formula</span>'
+    return '<span class="wk-warn" title="measured differs from the formula">≠ formula</span>'
 
 
 def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[float]] = None,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from pathlib import Path
 from typing import Dict, Generator, List, Optional, Set, Tuple
 
 import gradio as gr
@@ -37,6 +36,7 @@ from whisper.tokenizer import LANGUAGES
 
 from ..audio import AudioError, describe, load_audio
 from ..decode import stream_transcribe
+from ..examples import CLIPS, clip_path
 from ..events import CACHE_MODES, DecodeOptions, DecodeResult, TokenEvent
 from ..options import decode_options
 from ..options import effective_mode  # noqa: F401  (live_tab.py imports it from here)
@@ -46,21 +46,13 @@ from .store import Defaults, ModelStore
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE_DIRS = (REPO / "examples", REPO / "tests" / "data")
-EXAMPLE_FILES = ("jfk.wav", "speech_25s.wav", "short_3s.wav")
 
 PREVIOUS_COLOR = "#94a3b8"  # the last run, drawn in grey behind the current one
 
 
 def example_paths() -> List[str]:
-    found = []
-    for name in EXAMPLE_FILES:
-        for folder in EXAMPLE_DIRS:
-            if (folder / name).is_file():
-                found.append(str(folder / name))
-                break
-    return found
+    """The clips shipped in whisper_demo/examples/ that are present."""
+    return [str(clip_path(name)) for name in CLIPS if clip_path(name).is_file()]
 
 
 class Throttle:
