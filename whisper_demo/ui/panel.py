@@ -6,7 +6,7 @@ an event or a result; what this module adds is formatting and aggregation (mean 
 of the latencies seen so far, tokens per second from those latencies). The file view and
 the Live tab both use it, so nothing here knows which tab it serves.
 
-The DESIGN.md memory formulas are shown beside the measured values:
+The memory formulas (README, "The KV cache, in one page") are shown beside the measured values:
     self K/V  = 2 x layers x d_model x tokens x beams x bytes/element   (cache.self_cache_bytes)
     cross K/V = 2 x layers x 1500 x d_model x bytes/element             (cache.cross_cache_bytes)
 """
