@@ -14,6 +14,11 @@ import os
 import socket
 import sys
 
+# Before torch loads (it reads this once): OpenMP's default active wait made every decoder
+# step 6-10x slower whenever anything else ran on a small machine (the web server, a second
+# decode); passive waiting keeps ~10 ms per token. README, "Threads". A user's setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 DEFAULT_MAX_FILE_SIZE = "200mb"
 
 

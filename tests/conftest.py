@@ -2,9 +2,13 @@
 (whisper_demo/examples/, shipped with the package)."""
 
 
-import pytest
+import os
 
-import whisper_demo  # noqa: F401  (first: it sets OpenMP's wait policy before torch loads)
+# Before torch loads, as app.py does (README, "Threads"): tests share 2 cores with servers
+# and browsers they start, where OpenMP's active wait costs 6-10x per decoder step.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest
 import torch
 
 from whisper_demo.examples import EXAMPLES_DIR as EXAMPLES  # the clips and transcripts.json

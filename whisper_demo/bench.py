@@ -11,6 +11,12 @@ peak RSS, and whether the tokens equal our static mode's. Ratios are the point: 
 measured in one run, side by side.
 """
 
+import os
+
+# Before torch loads, as app.py does (README, "Threads"): with OpenMP's default active wait
+# the numbers would measure the spinning of idle threads on a shared machine.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import atexit
 import json
