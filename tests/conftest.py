@@ -43,3 +43,29 @@ def clip():
         return cache[name]
 
     return load
+
+
+# --- tiers: quick / model / browser / realtime (pytest.ini) ---------------------------------
+# A test's tier follows from what it uses, so a new test is sorted without a decorator:
+# the fixtures it asks for (directly or through other fixtures), the rerun marker that the
+# timing-dependent tests carry, and the browser modules. A test may also mark itself.
+
+MODEL_FIXTURES = {"tiny_model", "tiny", "base", "tiny_ct2", "fresh_cache", "server", "live_server"}
+BROWSER_FIXTURES = {"browser", "page", "live_server"}
+BROWSER_MODULES = {"test_browser.py", "test_live_browser.py"}
+MODEL_MODULES = {"test_bench.py"}  # the benchmark loads its model itself
+TIERS = ("model", "browser", "realtime")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & MODEL_FIXTURES or item.path.name in MODEL_MODULES:
+            item.add_marker(pytest.mark.model)
+        if used & BROWSER_FIXTURES or item.path.name in BROWSER_MODULES:
+            item.add_marker(pytest.mark.browser)
+        if item.get_closest_marker("flaky") is not None:  # reruns: it rides on thread timing
+            item.add_marker(pytest.mark.realtime)
+        if not any(item.get_closest_marker(tier) for tier in TIERS):
+            item.add_marker(pytest.mark.quick)
+

@@ -1,4 +1,4 @@
-"""Issue 6: reliability and safety. Bad input through the page's handlers and a real browser,
+"""Reliability and safety of the running app. Bad input through the page's handlers and a real browser,
 many users at once against a running server, cancellation and leaks, a 1-hour file,
 two processes building the model cache at once, and what the app exposes.
 
@@ -518,6 +518,7 @@ def test_one_hour_file_decodes_window_by_window(tiny_model, clip, hour_file):
 # 5. Two processes converting into an empty cache at once
 
 
+@pytest.mark.model  # the two processes load tiny.en themselves
 def test_two_processes_build_the_cache_at_once(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     env = dict(os.environ, WHISPER_KV_CACHE_DIR=str(cache), OMP_NUM_THREADS="1")
