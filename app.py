@@ -185,8 +185,8 @@ def main(argv=None) -> int:
     if args.beam_size < 1:
         fail("--beam-size must be at least 1")
     device = _check_device(args.device)
-    host, port = listen_address(args.host, args.port)
     if not args.mic:
+        host, port = listen_address(args.host, args.port)
         _check_port(host, port)  # fail before a minute of model loading, not after
 
     from whisper_demo.events import DecodeOptions

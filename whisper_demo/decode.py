@@ -67,7 +67,8 @@ class Step:
 
 class _Returning:
     """Iterate a generator and keep what it returns: `for x in (r := _Returning(g)): ...`,
-    then `r.value`. Closing the loop early closes the generator (its finally runs)."""
+    then `r.value`. A loop left early (stream_transcribe closed) drops the iteration, which
+    closes the generator through `yield from`, so its finally still frees the cache."""
 
     def __init__(self, generator):
         self.generator = generator

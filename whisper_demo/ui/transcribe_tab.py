@@ -46,7 +46,6 @@ from .store import Defaults, ModelStore
 
 log = logging.getLogger(__name__)
 
-
 PREVIOUS_COLOR = "#94a3b8"  # the last run, drawn in grey behind the current one
 
 
