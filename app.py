@@ -14,7 +14,14 @@ import os
 import socket
 import sys
 
+# Before torch loads (it reads this once): OpenMP's default active wait made every decoder
+# step 6-10x slower whenever anything else ran on a small machine (the web server, a second
+# decode); passive waiting keeps ~10 ms per token. README, "Threads". A user's setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 DEFAULT_MAX_FILE_SIZE = "200mb"
+DEFAULT_HOST = "127.0.0.1"  # this computer only, unless asked otherwise
+DEFAULT_PORT = 7860
 
 
 def _positive_float(text: str) -> float:
@@ -68,10 +75,12 @@ def parser() -> argparse.ArgumentParser:
                         f"path to a .pt checkpoint. More can be chosen in the page. Default: {DEFAULT_MODEL}")
     p.add_argument("--device", default=None, metavar="DEVICE",
                    help="torch device: cpu, cuda, cuda:1, mps. Default: cuda when available, else cpu")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on. Default 127.0.0.1 (this computer only); "
-                        "0.0.0.0 makes the page reachable from your network")
-    p.add_argument("--port", type=_port, default=7860, help="port to listen on. Default 7860")
+    p.add_argument("--host", default=None,
+                   help=f"address to listen on. Default {DEFAULT_HOST} (this computer only), or "
+                        f"$GRADIO_SERVER_NAME when set (as Gradio and Hugging Face Spaces do); "
+                        f"0.0.0.0 makes the page reachable from your network")
+    p.add_argument("--port", type=_port, default=None,
+                   help=f"port to listen on. Default {DEFAULT_PORT}, or $GRADIO_SERVER_PORT when set")
     p.add_argument("--share", action="store_true",
                    help="also open a public gradio.live link (off by default; needs internet)")
     p.add_argument("--max-audio-seconds", type=_positive_float, default=DEFAULT_MAX_SECONDS,
@@ -100,6 +109,20 @@ def parser() -> argparse.ArgumentParser:
                      help="input device for --mic (index or part of its name, see --list-devices). "
                           "Default: the system default input")
     return p
+
+
+def listen_address(host, port, environ=os.environ):
+    """--host/--port, else Gradio's own variables (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT,
+    which Hugging Face Spaces and Gradio containers set), else 127.0.0.1:7860."""
+    if host is None:
+        host = environ.get("GRADIO_SERVER_NAME") or DEFAULT_HOST
+    if port is None:
+        text = environ.get("GRADIO_SERVER_PORT")
+        try:
+            port = _port(text) if text else DEFAULT_PORT
+        except argparse.ArgumentTypeError as exc:
+            fail(f"GRADIO_SERVER_PORT: {exc}")
+    return host, port
 
 
 def fail(message: str) -> "NoReturn":  # noqa: F821
@@ -163,15 +186,22 @@ def main(argv=None) -> int:
         fail("--beam-size must be at least 1")
     device = _check_device(args.device)
     if not args.mic:
-        _check_port(args.host, args.port)  # fail before a minute of model loading, not after
+        host, port = listen_address(args.host, args.port)
+        _check_port(host, port)  # fail before a minute of model loading, not after
 
     from whisper_demo.events import DecodeOptions
     from whisper_demo.models import ModelError, load_model
+    from whisper_demo.options import decode_options
 
+    # The page's starting choices and the terminal mic's options, by the same rule as the page.
     try:
-        options = DecodeOptions(cache=args.cache, beam_size=args.beam_size, precision=args.precision)
+        options = decode_options(DecodeOptions(), cache=args.cache, beam_size=args.beam_size,
+                                 precision=args.precision)
     except ValueError as exc:
         fail(str(exc))
+    if options.precision != args.precision:
+        print(f"note: --cache {args.cache} runs openai-whisper's modules as they are, in exact "
+              f"precision; --precision {args.precision} applies to static and off", file=sys.stderr)
     print(f"loading {args.model}…", file=sys.stderr, flush=True)
     try:
         model = load_model(args.model, device=device, progress=True)
@@ -195,9 +225,9 @@ def main(argv=None) -> int:
                         options=options)
     app = build_app(store, defaults)
     try:
-        launch(app, host=args.host, port=args.port, share=args.share, max_file_size=args.max_file_size)
+        launch(app, host=host, port=port, share=args.share, max_file_size=args.max_file_size)
     except OSError as exc:
-        fail(f"cannot serve on {args.host}:{args.port}: {exc}")
+        fail(f"cannot serve on {host}:{port}: {exc}")
     return 0
 
 

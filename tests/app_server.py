@@ -78,7 +78,10 @@ def require_chromium():
 
 
 def chromium_args(fake_microphone: Optional[Path] = None) -> List[str]:
-    """Headless Chromium flags that work here (see shared/notes/browser-and-mic-tests.md)."""
+    """Headless Chromium flags that work on a bare Linux machine or container: no sandbox
+    (it needs privileges a container lacks), no GPU, no background network. With a fake
+    microphone, Chromium plays the wav when the page opens the recording stream; %noloop
+    plays it once, and a missing file would play silence without an error."""
     args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
     if fake_microphone is not None:
         assert Path(fake_microphone).is_file()  # a missing file plays silence, without error

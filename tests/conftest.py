@@ -1,14 +1,18 @@
-"""Shared fixtures: the real tiny.en model (loaded once) and the bundled speech clips."""
+"""Shared fixtures: the real tiny.en model (loaded once) and the example speech clips
+(whisper_demo/examples/, shipped with the package)."""
 
-import json
-from pathlib import Path
+
+import os
+
+# Before torch loads, as app.py does (README, "Threads"): tests share 2 cores with servers
+# and browsers they start, where OpenMP's active wait costs 6-10x per decoder step.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
-
-import whisper_demo  # noqa: F401  (first: it sets OpenMP's wait policy before torch loads)
 import torch
 
-DATA = Path(__file__).parent / "data"
+from whisper_demo.examples import EXAMPLES_DIR as EXAMPLES  # the clips and transcripts.json
+from whisper_demo.examples import reference_transcripts
 
 # At most two threads, as on the 2-core machines the project is measured on.
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
@@ -23,7 +27,7 @@ def tiny_model():
 
 @pytest.fixture(scope="session")
 def transcripts():
-    return json.loads((DATA / "transcripts.json").read_text())
+    return reference_transcripts()
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +39,33 @@ def clip():
 
     def load(name):
         if name not in cache:
-            cache[name] = load_audio(DATA / name)
+            cache[name] = load_audio(EXAMPLES / name)
         return cache[name]
 
     return load
+
+
+# --- tiers: quick / model / browser / realtime (pytest.ini) ---------------------------------
+# A test's tier follows from what it uses, so a new test is sorted without a decorator:
+# the fixtures it asks for (directly or through other fixtures), the rerun marker that the
+# timing-dependent tests carry, and the browser modules. A test may also mark itself.
+
+MODEL_FIXTURES = {"tiny_model", "tiny", "base", "tiny_ct2", "fresh_cache", "server", "live_server"}
+BROWSER_FIXTURES = {"browser", "page", "live_server"}
+BROWSER_MODULES = {"test_browser.py", "test_live_browser.py"}
+MODEL_MODULES = {"test_bench.py"}  # the benchmark loads its model itself
+TIERS = ("model", "browser", "realtime")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & MODEL_FIXTURES or item.path.name in MODEL_MODULES:
+            item.add_marker(pytest.mark.model)
+        if used & BROWSER_FIXTURES or item.path.name in BROWSER_MODULES:
+            item.add_marker(pytest.mark.browser)
+        if item.get_closest_marker("flaky") is not None:  # reruns: it rides on thread timing
+            item.add_marker(pytest.mark.realtime)
+        if not any(item.get_closest_marker(tier) for tier in TIERS):
+            item.add_marker(pytest.mark.quick)
+

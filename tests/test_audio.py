@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ import soundfile as sf
 from whisper_demo import audio
 from whisper_demo.audio import SAMPLE_RATE, AudioError, describe, load_audio, load_audio_chunk
 
-DATA = Path(__file__).parent / "data"
+from whisper_demo.examples import EXAMPLES_DIR as DATA
 JFK = DATA / "jfk.wav"
 
 needs_ffmpeg = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg not installed")

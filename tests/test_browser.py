@@ -22,7 +22,7 @@ import pytest
 
 from app_server import CHROMIUM, IN_CI, REPO, chromium_args, require_chromium, running_app
 
-DATA = REPO / "tests" / "data"
+from whisper_demo.examples import EXAMPLES_DIR as DATA
 FAKE_MIC = DATA / "jfk.wav"
 JFK_WORDS = "ask not what your country"
 SPEECH_25S_WORDS = "the weather today is cool"

@@ -8,7 +8,7 @@ import torch
 import whisper
 from whisper.audio import N_FRAMES, N_SAMPLES
 
-from whisper_demo.cache import MODULE_FORWARD_LOCK, cross_cache_bytes, hook_count, self_cache_bytes
+from whisper_demo.cache import cross_cache_bytes, hook_count, self_cache_bytes
 from whisper_demo.decode import stream_transcribe, transcribe
 from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
 from whisper_demo.text import words
@@ -109,16 +109,34 @@ def test_beam_search_identical_between_hooks_and_static(tiny_model, clip):
 
 
 @pytest.mark.parametrize("mode", ["static", "hooks", "off"])
-def test_early_close_removes_hooks_and_frees_the_lock(tiny_model, clip, mode):
+def test_early_close_leaves_no_hooks_on_the_shared_model(tiny_model, clip, mode):
     stream = stream_transcribe(tiny_model, clip("jfk.wav"), DecodeOptions(cache=mode))
     for _, item in zip(range(5), stream):
         assert isinstance(item, TokenEvent)
-    if mode == "hooks":
-        assert hook_count(tiny_model) > 0  # openai-whisper's hooks are live mid-decode
+    assert hook_count(tiny_model) == 0  # hooks mode installs them on its own modules only
     stream.close()
     assert hook_count(tiny_model) == 0
-    assert MODULE_FORWARD_LOCK.acquire(timeout=1)
-    MODULE_FORWARD_LOCK.release()
+
+
+def test_an_open_hooks_decode_does_not_delay_another(tiny_model, clip):
+    """A hooks generator whose reader stopped after 3 tokens (not closed) must not stall a
+    hooks decode in another thread: no lock outlives one decoder step."""
+    audio = clip("short_3s.wav")
+    abandoned = stream_transcribe(tiny_model, clip("jfk.wav"), DecodeOptions(cache="hooks"))
+    for _, item in zip(range(3), abandoned):
+        assert isinstance(item, TokenEvent)
+    results = []
+    other = threading.Thread(target=lambda: results.append(
+        transcribe(tiny_model, audio, DecodeOptions(cache="hooks"))))
+    other.start()
+    other.join(timeout=60)
+    try:
+        assert not other.is_alive(), "the second hooks decode waited on the open one"
+        assert results and "please" in results[0].text.lower()
+        # and the open one still continues from where it stopped, its cache intact
+        assert isinstance(next(abandoned), TokenEvent)
+    finally:
+        abandoned.close()
 
 
 def test_no_hooks_left_after_a_full_run(jfk_runs, tiny_model):

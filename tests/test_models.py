@@ -14,7 +14,6 @@ import struct
 import time
 import urllib.error
 import wave
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,7 +23,7 @@ from whisper.model import ModelDimensions, Whisper
 
 from whisper_demo import ct2, models
 
-DATA = Path(__file__).parent / "data"
+from whisper_demo.examples import EXAMPLES_DIR as DATA
 
 TINY_EN_DIMS = dict(n_mels=80, n_audio_ctx=1500, n_audio_state=384, n_audio_head=6,
                     n_audio_layer=4, n_vocab=51864, n_text_ctx=448, n_text_state=384,

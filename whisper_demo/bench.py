@@ -11,6 +11,12 @@ peak RSS, and whether the tokens equal our static mode's. Ratios are the point: 
 measured in one run, side by side.
 """
 
+import os
+
+# Before torch loads, as app.py does (README, "Threads"): with OpenMP's default active wait
+# the numbers would measure the spinning of idle threads on a shared machine.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import atexit
 import json
@@ -32,10 +38,11 @@ from whisper.audio import N_FRAMES, N_SAMPLES
 from .audio import load_audio
 from .decode import transcribe
 from .events import DecodeOptions
+from .examples import clip_path, reference_transcripts
 from .models import DEFAULT_MODEL, load_model, package_model_paths
 from .text import word_error_rate
 
-DEFAULT_AUDIO = Path(__file__).resolve().parent.parent / "tests" / "data" / "speech_25s.wav"
+DEFAULT_AUDIO = clip_path("speech_25s.wav")
 
 
 @dataclass
@@ -229,12 +236,12 @@ def ratios(summaries: List[Summary]) -> Dict[str, float]:
 
 
 def word_error_rates(model, beam_size: int) -> Dict[str, Dict[str, float]]:
-    """Exact and int8 transcripts of every bundled test clip against its reference."""
-    references = json.loads((DEFAULT_AUDIO.parent / "transcripts.json").read_text())
+    """Exact and int8 transcripts of every example clip against its reference."""
+    references = reference_transcripts()
     precisions = ("exact", "int8") if model.device.type == "cpu" else ("exact",)
     rates = {}
     for clip, reference in references.items():
-        audio = load_audio(DEFAULT_AUDIO.parent / clip, max_seconds=None)
+        audio = load_audio(clip_path(clip), max_seconds=None)
         rates[clip] = {p: word_error_rate(transcribe(model, audio, DecodeOptions(
             beam_size=beam_size, precision=p)).text, reference) for p in precisions}
     return rates

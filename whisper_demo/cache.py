@@ -7,18 +7,20 @@ cleanup_caching), so its BeamSearchDecoder and logit filters drive ours unchange
                 audio features to cross-attention keys/values again. Cost grows per step.
 - HooksCache:   openai-whisper's own PyTorchInference: forward hooks on the key/value
                 Linear layers torch.cat each new row onto the cache (a full copy per step).
-                The hooks live on the shared model, so one decode at a time (a lock).
+                Each decode installs them on its own copy of the decoder's modules, which
+                shares the model's weights: nothing is ever installed on the shared model,
+                so hooks decodes need no lock and never wait for one another.
 - StaticCache:  ours. Keys/values for n_text_ctx positions are allocated once per decode and
                 written in place; cross-attention K/V are computed once per window and shared
                 by all beams. Per-step cost stays flat.
 
 StaticCache and NoCache run the decoder through runner.DecoderRunner, a functional
 forward over the model's own weights. It calls none of the decoder's key/value modules, so
-hooks installed by a concurrent HooksCache decode never fire on it: all state of a static
-or off decode is local to it.
+all state of a static or off decode is local to it.
 """
 
-import threading
+import copy
+import itertools
 
 import torch
 from torch import Tensor
@@ -27,20 +29,14 @@ from whisper.model import Whisper
 
 from .runner import decoder_runner
 
-# openai-whisper's hooks are installed on the shared model; while they are, any other
-# forward through the decoder's modules would write into that decode's cache. Everything
-# that calls the decoder's modules (hooks mode, language detection) holds this lock.
-MODULE_FORWARD_LOCK = threading.Lock()  # not RLock: Gradio may resume a generator on another thread
-
-
 def self_cache_bytes(model: Whisper, tokens: int, beams: int, element_size: int) -> int:
-    """DESIGN.md: 2 (K and V) x layers x d_model x tokens x beams x bytes per element."""
+    """2 (K and V) x layers x d_model x tokens x beams x bytes per element."""
     dims = model.dims
     return 2 * dims.n_text_layer * dims.n_text_state * tokens * beams * element_size
 
 
 def cross_cache_bytes(model: Whisper, element_size: int) -> int:
-    """DESIGN.md: 2 x layers x n_audio_ctx (1500) x d_model x bytes per element, one audio."""
+    """2 x layers x n_audio_ctx (1500) x d_model x bytes per element, one audio."""
     dims = model.dims
     return 2 * dims.n_text_layer * dims.n_audio_ctx * dims.n_text_state * element_size
 
@@ -171,23 +167,17 @@ class NoCache(CacheStrategy):
 
 
 class HooksCache(CacheStrategy, PyTorchInference):
-    """openai-whisper's PyTorchInference, unchanged, plus a lock and the panel's numbers."""
+    """openai-whisper's PyTorchInference, unchanged, run on this decode's own decoder
+    modules (see with_own_decoder_modules), plus the panel's numbers."""
 
     mode = "hooks"
 
     def __init__(self, model: Whisper, initial_token_length: int):
         CacheStrategy.__init__(self, model, initial_token_length)
-        PyTorchInference.__init__(self, model, initial_token_length)
+        # From here on self.model is the private view: its install_kv_cache_hooks and
+        # decoder are this decode's alone.
+        PyTorchInference.__init__(self, with_own_decoder_modules(model), initial_token_length)
         self.self_modules = set(self.kv_modules)
-        self._locked = False
-
-    def logits(self, tokens: Tensor, audio_features: Tensor) -> Tensor:
-        if not self._locked:
-            # Held from the first forward until cleanup_caching, which the decode loop
-            # calls on every exit path (including generator.close()).
-            MODULE_FORWARD_LOCK.acquire()
-            self._locked = True
-        return PyTorchInference.logits(self, tokens, audio_features)
 
     def logits_at(self, tokens: Tensor, audio_features: Tensor, positions) -> Tensor:
         # openai-whisper's decoder projects every position it runs (all of the initial
@@ -198,12 +188,7 @@ class HooksCache(CacheStrategy, PyTorchInference):
 
     def cleanup_caching(self):
         self.steps = 0
-        try:
-            PyTorchInference.cleanup_caching(self)
-        finally:
-            if self._locked:
-                self._locked = False
-                MODULE_FORWARD_LOCK.release()
+        PyTorchInference.cleanup_caching(self)
 
     def cache_tokens(self) -> int:
         key = self.model.decoder.blocks[0].attn.key
@@ -228,6 +213,25 @@ def make_cache(mode: str, model: Whisper, initial_token_length: int, n_beams: in
     raise ValueError(f"unknown cache mode {mode!r}")
 
 
+def with_own_decoder_modules(model: Whisper) -> Whisper:
+    """A view of `model` whose decoder is a fresh tree of modules over the same parameters
+    and buffers (nothing is copied but Python objects).
+
+    openai-whisper's hooks mode registers forward hooks on the decoder's key/value Linear
+    layers; on the shared model they would fire in every other decode and in language
+    detection, which needed a process-wide lock held from a decode's first step until its
+    generator was closed, so a slow or abandoned reader stalled everyone. On a private copy
+    the hooks see only this decode. Measured: 4 ms (tiny.en) and 6 ms (base) per window on
+    a 2-core CPU, once per window and outside the timed steps (a hooks step is ~20 ms).
+    """
+    shared = {id(t): t for t in itertools.chain(model.decoder.parameters(), model.decoder.buffers())}
+    decoder = copy.deepcopy(model.decoder, memo=shared)
+    view = copy.copy(model)  # shallow: the encoder, dims and alignment heads are the model's
+    view.__dict__["_modules"] = {**model._modules, "decoder": decoder}
+    return view
+
+
 def hook_count(model: Whisper) -> int:
-    """Forward hooks currently installed anywhere in the model (0 when no decode runs)."""
+    """Forward hooks installed anywhere in the shared model: always 0, as no decode installs
+    any there (the hooks mode uses its own modules); the server log reports it as a check."""
     return sum(len(m._forward_hooks) for m in model.modules())

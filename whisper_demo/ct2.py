@@ -2,8 +2,8 @@
 
 The offline models ship as faster-whisper (CTranslate2) conversions. We only need the
 tensors, so this is a small numpy reader of the binary format, not a ctranslate2
-dependency. The layout and the name mapping are written down in
-shared/notes/ct2-whisper-format.md; the comments here say why each step is as it is.
+dependency. The file layout is read by read_model and _read_variable, the names are mapped
+onto openai-whisper's by _map_names; the comments there say why each step is as it is.
 
     model = read_model([Path("model.bin.part1"), Path("model.bin.part2")])
     checkpoint = to_whisper_checkpoint(model.variables, config)   # {"dims", "model_state_dict", ...}

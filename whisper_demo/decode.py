@@ -14,7 +14,7 @@ turned into a generator that times every step), the choice of KV cache (cache.py
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Union
+from typing import Generator, Iterator, List, Optional, Union
 
 import numpy as np
 import psutil
@@ -24,7 +24,7 @@ from whisper.decoding import DecodingOptions, DecodingTask
 from whisper.model import Whisper
 from whisper.tokenizer import Tokenizer, get_tokenizer
 
-from .cache import MODULE_FORWARD_LOCK, make_cache
+from .cache import make_cache
 from .events import DecodeOptions, DecodeResult, Segment, TokenEvent
 from .timing import add_word_timestamps
 
@@ -50,6 +50,33 @@ class WindowOutcome:
     def compression_ratio(self, tokenizer: Tokenizer) -> float:
         text = tokenizer.decode(self.tokens).encode("utf-8")
         return len(text) / len(zlib.compress(text)) if text else 0.0
+
+
+@dataclass(frozen=True)
+class Step:
+    """One decoder step of one window, with the cache's numbers right after it."""
+
+    token_id: int  # the token appended to the best hypothesis
+    is_timestamp: bool
+    latency_ms: float
+    window_tokens: List[int]  # the best hypothesis of this window so far, up to end-of-text
+    cache_tokens: int
+    self_cache_bytes: int
+    self_cache_reserved_bytes: int
+    cross_cache_bytes: int
+
+
+class _Returning:
+    """Iterate a generator and keep what it returns: `for x in (r := _Returning(g)): ...`,
+    then `r.value`. A loop left early (stream_transcribe closed) drops the iteration, which
+    closes the generator through `yield from`, so its finally still frees the cache."""
+
+    def __init__(self, generator):
+        self.generator = generator
+        self.value = None
+
+    def __iter__(self):
+        self.value = yield from self.generator
 
 
 class _Stats:
@@ -118,33 +145,32 @@ def stream_transcribe(
         outcome = None
         text_before_window = transcript
         for attempt, temperature in enumerate(_temperatures(options)):
-            attempt_outcome = WindowOutcome()
             first_of_attempt = True
-            decoding = _decode_window(
+            decoding = _Returning(_decode_window(
                 model, audio_features, tokenizer, options, language, temperature,
-                prompt_tokens + all_tokens, attempt_outcome,
-            )
-            for token_id, is_timestamp, latency_ms, cache, window_tokens in decoding:
-                new_text = tokenizer.decode([t for t in window_tokens if t < tokenizer.eot])
+                prompt_tokens + all_tokens,
+            ))
+            for decoded in decoding:
+                new_text = tokenizer.decode([t for t in decoded.window_tokens if t < tokenizer.eot])
                 new_transcript = text_before_window + _stable(new_text)
                 shown = new_transcript[len(transcript):] if new_transcript.startswith(transcript) else ""
                 transcript = new_transcript
                 rss = _process.memory_info().rss
-                stats.latencies_ms.append(latency_ms)
+                stats.latencies_ms.append(decoded.latency_ms)
                 stats.peak_rss = max(stats.peak_rss, rss)
                 yield TokenEvent(
-                    step=step, window=window, token_id=token_id, text=shown,
-                    transcript=transcript, latency_ms=latency_ms,
-                    cache_tokens=cache.cache_tokens(), cache_capacity=model.dims.n_text_ctx,
-                    self_cache_bytes=cache.self_cache_bytes(),
-                    self_cache_reserved_bytes=cache.self_cache_reserved_bytes(),
-                    cross_cache_bytes=cache.cross_cache_bytes(), rss_bytes=rss,
+                    step=step, window=window, token_id=decoded.token_id, text=shown,
+                    transcript=transcript, latency_ms=decoded.latency_ms,
+                    cache_tokens=decoded.cache_tokens, cache_capacity=model.dims.n_text_ctx,
+                    self_cache_bytes=decoded.self_cache_bytes,
+                    self_cache_reserved_bytes=decoded.self_cache_reserved_bytes,
+                    cross_cache_bytes=decoded.cross_cache_bytes, rss_bytes=rss,
                     cache_mode=options.cache, beam_size=options.beam_size,
-                    is_timestamp=is_timestamp, restart=attempt > 0 and first_of_attempt,
+                    is_timestamp=decoded.is_timestamp, restart=attempt > 0 and first_of_attempt,
                 )
                 first_of_attempt = False
                 step += 1
-            outcome = attempt_outcome
+            outcome = decoding.value
             stats.peak_self = max(stats.peak_self, outcome.peak_self_cache_bytes)
             stats.peak_cross = max(stats.peak_cross, outcome.peak_cross_cache_bytes)
             if not _needs_fallback(outcome, tokenizer, options):
@@ -207,13 +233,13 @@ def transcribe(model: Whisper, audio: np.ndarray, options: Optional[DecodeOption
 
 
 def _decode_window(model, audio_features, tokenizer, options, language, temperature,
-                   previous_tokens, outcome: WindowOutcome):
+                   previous_tokens) -> Generator[Step, None, WindowOutcome]:
     """openai-whisper's DecodingTask._main_loop as a generator over steps.
 
-    Yields (token_id, is_timestamp, latency_ms, cache, best_window_tokens) per step and fills
-    `outcome` when the window is done. The cache is released on every way out, including
-    when the consumer closes the generator.
+    Yields a Step per decoder step and returns the window's WindowOutcome. The cache is
+    released on every way out, including when the consumer closes the generator.
     """
+    outcome = WindowOutcome()
     beam = options.beam_size > 1 and temperature == 0
     n_ctx = model.dims.n_text_ctx
     task = DecodingTask(model, DecodingOptions(
@@ -245,7 +271,7 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
                     if outcome.no_speech_prob > options.no_speech_threshold:
                         # Decided before anything is shown: a silent window adds no text.
                         outcome.silent = True
-                        return
+                        return outcome
                 for logit_filter in task.logit_filters:
                     logit_filter.apply(last_logits, tokens)
                 tokens, completed = task.decoder.update(tokens, last_logits, sum_logprobs)
@@ -254,8 +280,11 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
             outcome.peak_self_cache_bytes = max(outcome.peak_self_cache_bytes, cache.self_cache_bytes())
             outcome.peak_cross_cache_bytes = max(outcome.peak_cross_cache_bytes, cache.cross_cache_bytes())
             best = tokens[0, sample_begin:].tolist()
-            token_id = best[-1]
-            yield token_id, token_id >= tokenizer.timestamp_begin, latency_ms, cache, _until_eot(best, tokenizer)
+            yield Step(token_id=best[-1], is_timestamp=best[-1] >= tokenizer.timestamp_begin,
+                       latency_ms=latency_ms, window_tokens=_until_eot(best, tokenizer),
+                       cache_tokens=cache.cache_tokens(), self_cache_bytes=cache.self_cache_bytes(),
+                       self_cache_reserved_bytes=cache.self_cache_reserved_bytes(),
+                       cross_cache_bytes=cache.cross_cache_bytes())
             if completed or tokens.shape[-1] > n_ctx:
                 break
 
@@ -267,6 +296,7 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
             [[torch.tensor(c) for c in candidates[0]]], sum_lp)[0]
         outcome.tokens = candidates[0][chosen]
         outcome.avg_logprob = float(sum_lp[0][chosen]) / (len(outcome.tokens) + 1)
+        return outcome
     finally:
         cache.cleanup_caching()
 
@@ -333,8 +363,8 @@ def _encode(model, mel_window, stats: _Stats):
 def _detect_language(model: Whisper, audio_features) -> str:
     if not model.is_multilingual:
         return "en"
-    # detect_language runs the decoder's modules: not while a hooks decode has them.
-    with MODULE_FORWARD_LOCK, torch.inference_mode():
+    # No lock needed: a hooks decode runs its own copy of the decoder's modules (cache.py).
+    with torch.inference_mode():
         _, probs = model.detect_language(audio_features)
     return max(probs[0], key=probs[0].get)
 

@@ -1,7 +1,7 @@
 """What the decoder tells the outside world: options in, events and a result out.
 
 Every number a UI shows comes from a TokenEvent or a DecodeResult, so these are the
-whole vocabulary between decode.py and its consumers (ui.py, live.py, mic.py, bench.py).
+whole vocabulary between decode.py and its consumers (ui/, live.py, mic.py, bench.py).
 """
 
 from dataclasses import dataclass, field
@@ -58,10 +58,6 @@ class TokenEvent:
     beam_size: int
     is_timestamp: bool = False
     restart: bool = False  # True on the first token of a retried window (fallback)
-
-    @property
-    def cache_bytes(self) -> int:
-        return self.self_cache_bytes
 
 
 @dataclass

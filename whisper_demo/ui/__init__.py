@@ -15,9 +15,8 @@ Every decode (Transcribe, upload, record, example, Compare) shares one concurren
 (16) more, and each waiting user sees Gradio's "queue: n/m" position. Why 2: the demo runs
 on a laptop CPU (2-8 cores) and torch already spreads one decode across all cores, so more
 decodes at once only share the same cores, make every decode slower and the latency
-numbers noisy; but a single slot would let one long uncached Compare block everyone, and
-hooks mode serialises on the model anyway (cache.MODULE_FORWARD_LOCK), so a second slot
-keeps a static decode moving beside it. Why 16: beyond that a newcomer would wait minutes
+numbers noisy; but a single slot would let one long uncached Compare block everyone, so a
+second slot keeps another decode moving beside it. Why 16: beyond that a newcomer would wait minutes
 (a 25 s clip with the cache off takes about 5-50 s here); "queue full" says so at once.
 Model loads have their own group of 1, so a load never runs twice and never takes a
 decode slot.

@@ -6,7 +6,7 @@ an event or a result; what this module adds is formatting and aggregation (mean 
 of the latencies seen so far, tokens per second from those latencies). The file view and
 the Live tab both use it, so nothing here knows which tab it serves.
 
-The DESIGN.md memory formulas are shown beside the measured values:
+The memory formulas (README, "The KV cache, in one page") are shown beside the measured values:
     self K/V  = 2 x layers x d_model x tokens x beams x bytes/element   (cache.self_cache_bytes)
     cross K/V = 2 x layers x 1500 x d_model x bytes/element             (cache.cross_cache_bytes)
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import html
 import time
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -100,7 +100,7 @@ def _tile(label: str, value: str, sub: str = "", cls: str = "") -> str:
 def _check(measured: int, formula: int) -> str:
     if measured == formula:
         return '<span class="wk-ok" title="measured equals the formula">✓ formula</span>'
-    return f'<span class="wk-warn" title="measured differs from the formula">≠ formula</span>'
+    return '<span class="wk-warn" title="measured differs from the formula">≠ formula</span>'
 
 
 def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[float]] = None,

@@ -5,8 +5,9 @@ user who picks it gets the same object at once. Loading is serialised per name (
 sessions asking for "base" at the same moment load it once, the second waits for the
 first), while a request for an already loaded model never waits behind a load of another.
 
-Nothing per-session lives on the model (DESIGN.md): a decode's cache belongs to that
-decode, so sharing the object between sessions is safe.
+Nothing per-session lives on the model: a decode's cache belongs to that decode (cache.py;
+the hooks mode hooks its own copy of the decoder's modules), so sharing the object between
+sessions is safe.
 """
 
 from __future__ import annotations

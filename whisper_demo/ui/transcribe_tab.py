@@ -29,37 +29,29 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from contextlib import closing
-from dataclasses import replace
-from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Generator, List, Optional, Set, Tuple
 
 import gradio as gr
 from whisper.tokenizer import LANGUAGES
 
 from ..audio import AudioError, describe, load_audio
 from ..decode import stream_transcribe
-from ..events import DecodeOptions, DecodeResult, TokenEvent
+from ..examples import CLIPS, clip_path
+from ..events import CACHE_MODES, DecodeOptions, DecodeResult, TokenEvent
+from ..options import decode_options
+from ..options import effective_mode  # noqa: F401  (live_tab.py imports it from here)
 from . import panel
+from .controls import link_cache_controls
 from .store import Defaults, ModelStore
 
 log = logging.getLogger(__name__)
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE_DIRS = (REPO / "examples", REPO / "tests" / "data")
-EXAMPLE_FILES = ("jfk.wav", "speech_25s.wav", "short_3s.wav")
 
 PREVIOUS_COLOR = "#94a3b8"  # the last run, drawn in grey behind the current one
 
 
 def example_paths() -> List[str]:
-    found = []
-    for name in EXAMPLE_FILES:
-        for folder in EXAMPLE_DIRS:
-            if (folder / name).is_file():
-                found.append(str(folder / name))
-                break
-    return found
+    """The clips shipped in whisper_demo/examples/ that are present."""
+    return [str(clip_path(name)) for name in CLIPS if clip_path(name).is_file()]
 
 
 class Throttle:
@@ -90,13 +82,6 @@ class Throttle:
         if fire:
             self.pending, self.last = 0, now
         return fire
-
-
-def effective_mode(cache_on: bool, mode: str) -> str:
-    """The "KV cache" checkbox wins: off means off; on means the advanced mode (never off)."""
-    if not cache_on:
-        return "off"
-    return mode if mode in ("static", "hooks") else "static"
 
 
 def language_choices() -> List[Tuple[str, str]]:
@@ -169,12 +154,11 @@ class TranscribeTab:
             raise gr.Error(str(exc), title="Can't use this audio") from exc
 
     def _options(self, model, cache_on, mode, beam, language, timestamps) -> DecodeOptions:
-        """The page's choices over the app's defaults (any other option, e.g. a newer
-        field, comes from the command line's DecodeOptions unchanged)."""
-        lang = None if (not language or language == "auto" or not model.is_multilingual) else language
+        """The page's choices over the command line's options (options.decode_options)."""
         try:
-            return replace(self.defaults.options, cache=effective_mode(bool(cache_on), mode),
-                           beam_size=int(beam or 1), language=lang, timestamps=bool(timestamps))
+            return decode_options(self.defaults.options, cache_on=cache_on, mode=mode, beam_size=beam,
+                                  language=language, timestamps=bool(timestamps),
+                                  multilingual=model.is_multilingual)
         except ValueError as exc:  # a combination DecodeOptions refuses
             raise gr.Error(str(exc), title="Options not possible") from exc
 
@@ -199,9 +183,11 @@ class TranscribeTab:
         return frame
 
     def _run(self, model, samples, options, label: str, chart_series: dict, previous,
-             transcript_prefix: str = "", compare_value: str = "", request=None) -> Iterator[tuple]:
-        """Stream one decode. Yields page tuples; the last thing it yields is
-        ("result", DecodeResult, RunStats) for the caller."""
+             transcript_prefix: str = "", compare_value: str = "",
+             request=None) -> Generator[tuple, None, Tuple[DecodeResult, "panel.RunStats"]]:
+        """Stream one decode: yields page tuples, returns (DecodeResult, RunStats), so a
+        handler writes `result, stats = yield from self._run(...)` (closing the handler
+        closes this generator, and with it the decoder)."""
         stats = panel.RunStats()
         throttle = Throttle()
         legend: list = []
@@ -233,7 +219,7 @@ class TranscribeTab:
             stream.close()
             self._untrack(request, finished)
             _log_end(model, options, samples, stats, result)
-        yield ("result", result, stats)
+        return result, stats
 
     # --- handlers -----------------------------------------------------------------------
 
@@ -248,12 +234,7 @@ class TranscribeTab:
         if previous:
             prev = (f"previous: {previous[0]}", previous[1])
         series: dict = {}
-        with closing(self._run(model, samples, options, label, series, prev, request=request)) as run:
-            for out in run:
-                if out[0] == "result":
-                    _, result, stats = out
-                    break
-                yield out
+        result, stats = yield from self._run(model, samples, options, label, series, prev, request=request)
         final_panel = panel.panel_html(result, model, last_event=stats.last_event,
                                        wall_seconds=stats.wall_seconds)
         yield (result.text, final_panel, self._chart(series, prev, []), "", (label, list(result.latencies_ms)))
@@ -273,14 +254,8 @@ class TranscribeTab:
         for i, options in enumerate((on, off)):
             label = panel.series_label(options.cache, options.beam_size)
             note = waiting if i == 0 else '<div class="wk-sub">Comparing: run 2 of 2, without the cache…</div>'
-            with closing(self._run(model, samples, options, label, series, None,
-                                   compare_value=note, request=request)) as run:
-                for out in run:
-                    if out[0] == "result":
-                        _, result, stats = out
-                        break
-                    yield out
-            results.append((result, stats))
+            results.append((yield from self._run(model, samples, options, label, series, None,
+                                                 compare_value=note, request=request)))
         (r_on, s_on), (r_off, s_off) = results
         final_panel = panel.panel_html(r_off, model, last_event=s_off.last_event,
                                        wall_seconds=s_off.wall_seconds,
@@ -347,7 +322,7 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
                 model_dd = gr.Dropdown(choices=model_choices() or [defaults.model], value=defaults.model,
                                        label="Model", elem_id="model_dd",
                                        info="loaded once, then shared by every session")
-                mode = gr.Radio(["static", "hooks", "off"],
+                mode = gr.Radio(list(CACHE_MODES),
                                 value=opts.cache, label="Cache mode", elem_id="cache_mode",
                                 info="static: preallocated, written in place · hooks: openai-whisper's "
                                      "torch.cat per step · off: no cache")
@@ -409,19 +384,12 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
     stop_btn.click(None, None, None, cancels=events, api_name=False).then(
         tab.stopped, panel_box, panel_box, api_name=False, show_progress="hidden")
 
-    # The checkbox and the mode radio say the same thing two ways; keep them in step.
-    cache_on.input(lambda on, m: effective_mode(on, m) if on else "off", [cache_on, mode], mode,
-                   queue=False, api_name=False)
-    mode.input(lambda m: m != "off", mode, cache_on, queue=False, api_name=False)
+    link_cache_controls(cache_on, mode)
     # Switching model loads it once (progress shown on the status line) and keeps it in
     # the shared store; a model that cannot load says why and the old one stays selected.
     status_out = model_status if model_status is not None else gr.Markdown(visible=False)
     model_dd.input(tab.load_model, model_dd, [status_out, language], api_name="load_model",
                    concurrency_id="load", concurrency_limit=1, show_progress="full")
-    tab.components = dict(audio=audio, cache_on=cache_on, mode=mode, beam=beam, language=language,
-                          timestamps=timestamps, model=model_dd, transcript=transcript,
-                          panel=panel_box, chart=chart, compare=compare_box, previous=previous,
-                          run=run_btn, compare_btn=compare_btn, stop=stop_btn)
     return tab
 
 

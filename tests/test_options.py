@@ -1,0 +1,64 @@
+"""options.decode_options: the one place where a user's choices become DecodeOptions."""
+
+from dataclasses import fields
+
+import pytest
+
+from whisper_demo.events import DecodeOptions
+from whisper_demo.options import decode_options, effective_mode
+
+# A value for every field, each different from DecodeOptions' default.
+NON_DEFAULT = dict(cache="off", beam_size=3, precision="int8", language="de", task="translate",
+                   timestamps=False, prompt="earlier words", condition_on_previous_text=False,
+                   temperature_fallback=True, no_speech_threshold=0.3, silence_rms=0.01,
+                   max_tokens_per_window=50)
+
+
+def test_the_table_names_every_field():
+    assert set(NON_DEFAULT) == {f.name for f in fields(DecodeOptions)}
+
+
+def test_every_field_not_chosen_survives():
+    base = DecodeOptions(**NON_DEFAULT)
+    assert decode_options(base) == base
+    for f in fields(DecodeOptions):
+        other = decode_options(base, **{f.name: getattr(DecodeOptions(), f.name)})
+        for g in fields(DecodeOptions):
+            if g.name not in (f.name, "precision"):  # precision: only the hooks rule may touch it
+                assert getattr(other, g.name) == getattr(base, g.name), (f.name, g.name)
+
+
+def test_every_field_can_be_chosen():
+    chosen = decode_options(DecodeOptions(), **NON_DEFAULT)
+    assert chosen == DecodeOptions(**NON_DEFAULT)
+
+
+def test_the_page_choices():
+    base = DecodeOptions(**NON_DEFAULT)
+    page = decode_options(base, cache_on=True, mode="static", beam_size="2", language="auto",
+                          timestamps=True)
+    assert (page.cache, page.beam_size, page.language, page.timestamps) == ("static", 2, None, True)
+    assert page.prompt == "earlier words" and page.temperature_fallback  # the rest survives
+    assert decode_options(base, language="fr", multilingual=False).language is None
+    assert decode_options(base, cache_on=False, mode="hooks").cache == "off"
+
+
+def test_int8_with_hooks_runs_exact_in_every_caller():
+    base = DecodeOptions(precision="int8")
+    assert decode_options(base, cache_on=True, mode="hooks").precision == "exact"
+    assert decode_options(DecodeOptions(), cache="hooks", precision="int8").precision == "exact"
+    assert decode_options(base, cache_on=True, mode="static").precision == "int8"
+
+
+def test_refusals_are_value_errors():
+    with pytest.raises(ValueError):
+        decode_options(DecodeOptions(), beam_size=0)
+    with pytest.raises(ValueError):
+        decode_options(DecodeOptions(), beam=2)  # not a field
+
+
+def test_cache_switch_and_mode_agree():
+    assert effective_mode(False, "static") == "off"
+    assert effective_mode(False, "hooks") == "off"
+    assert effective_mode(True, "hooks") == "hooks"
+    assert effective_mode(True, "off") == "static"  # ticking the box turns a cache on
