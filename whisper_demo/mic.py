@@ -21,10 +21,10 @@ from typing import Callable, List, Optional, TextIO, Union
 
 import numpy as np
 
+from .audio import SAMPLE_RATE
 from .events import DecodeOptions, TokenEvent
 from .live import LiveConfig, LiveSession, LiveUpdate, LiveWorker, model_decoder
 
-SAMPLE_RATE = 16000
 BLOCK_SECONDS = 0.1
 
 INSTALL_HINT = (

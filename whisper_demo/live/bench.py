@@ -23,11 +23,9 @@ re-decodes per second of audio; the encoder's share of decode time.
 from __future__ import annotations
 
 import argparse
-import collections
 import difflib
 import json
 import random
-import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,13 +34,12 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..audio import load_audio
+from ..audio import SAMPLE_RATE, load_audio
 from ..decode import transcribe
 from ..events import DecodeOptions
 from ..models import DEFAULT_MODEL, load_model
 from ..text import word_error_rate, words as normalized_words
 from .session import LiveConfig, LiveSession, LiveUpdate, model_decoder
-from .vad import SAMPLE_RATE
 
 PACKAGE = Path(__file__).resolve().parent.parent
 DEFAULT_EVAL_DIR = PACKAGE.parent.parent / "shared" / "eval-dev"

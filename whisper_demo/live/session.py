@@ -38,11 +38,11 @@ from typing import Callable, Deque, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from ..audio import load_audio_chunk
+from ..audio import SAMPLE_RATE, load_audio_chunk
 from ..decode import stream_transcribe
 from ..events import DecodeOptions, DecodeResult, TokenEvent
 from .policy import AgreementPolicy, Decision, Hypothesis, TimedWord
-from .vad import SAMPLE_RATE, VoiceDetector
+from .vad import VoiceDetector
 
 # Fast speech is 4-5 words (5-7 tokens) a second, with a timestamp pair per segment.
 MAX_TOKENS_PER_SECOND = 10

@@ -17,7 +17,8 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-SAMPLE_RATE = 16000
+from ..audio import SAMPLE_RATE
+
 FRAME = 512  # samples per Silero frame at 16 kHz
 THRESHOLD = 0.5  # Silero's defaults
 NEG_THRESHOLD = 0.35

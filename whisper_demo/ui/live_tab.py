@@ -20,7 +20,6 @@ import html
 import logging
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -28,12 +27,13 @@ import gradio as gr
 
 from ..audio import AudioError
 from ..events import CACHE_MODES, DecodeOptions
+from ..options import decode_options
 from ..live import LiveSession, LiveUpdate, LiveView, LiveWorker, SessionRegistry, model_decoder
 from ..live.registry import IDLE_TIMEOUT_S
 from . import panel
 from .chunk_order import ChunkSequencer, chunk_number
 from .store import Defaults, ModelStore
-from .transcribe_tab import effective_mode
+from .controls import link_cache_controls
 
 log = logging.getLogger(__name__)
 
@@ -299,9 +299,7 @@ class LiveTab:
 
     def _options(self, cache_on, mode) -> DecodeOptions:
         """The app's options with this tab's cache choice; live decodes are greedy."""
-        cache = effective_mode(bool(cache_on), mode)
-        precision = self.defaults.options.precision if cache != "hooks" else "exact"
-        return replace(self.defaults.options, cache=cache, beam_size=1, precision=precision)
+        return decode_options(self.defaults.options, cache_on=cache_on, mode=mode, beam_size=1)
 
     @staticmethod
     def _key(request) -> str:
@@ -551,7 +549,5 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
     timer.tick(tab.tick, None, views, concurrency_limit=None, **quiet)
     desktop_start.click(tab.desktop_start, [cache_on, mode], [timer, desktop_status] + views, api_name=False)
     desktop_stop.click(tab.desktop_stop, None, [timer, desktop_status] + views, api_name=False)
-    cache_on.input(lambda on, m: effective_mode(on, m) if on else "off", [cache_on, mode], mode,
-                   queue=False, api_name=False)
-    mode.input(lambda m: m != "off", mode, cache_on, queue=False, api_name=False)
+    link_cache_controls(cache_on, mode)
     return tab
