@@ -275,11 +275,11 @@ def test_scripted_session_commits_agreement_prompts_and_cuts():
     session = LiveSession(script, config, vad=LoudVoice())
     committed = []
     for _ in range(3):
-        session.add_samples(loud(0.6))
+        session.add_samples(loud(1.0))
         update = drain(session.updates())
         committed.append(update.new_committed)
     assert committed == ["", "It is", "late."]
-    # the buffer (1.8 s) passed cut_after_seconds: it was cut after "late." (1.0 s)
+    # the buffer (3 s) passed cut_after_seconds: it was cut after "late." (1.0 s)
     assert session._offset == SR
     session.add_samples(loud(0.6))
     drain(session.updates())

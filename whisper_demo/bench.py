@@ -2,6 +2,7 @@
 
     python -m whisper_demo.bench [--model tiny.en] [--audio clip.wav] [--beam-size 1]
                                  [--repeats 3] [--threads 2] [--quick]
+    python -m whisper_demo.bench live [...]     the live benchmark (live/bench.py)
 
 Every contender decodes the same log-mel (the first 30 s window of the clip), greedy or
 beam, without timestamps, in interleaved order after a warm-up, so that a noisy shared
@@ -328,4 +329,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["live"]:
+        from .live.bench import main as live_main
+
+        sys.exit(live_main(sys.argv[2:]))
     sys.exit(main())
