@@ -47,8 +47,8 @@ def clip():
 
 # --- tiers: quick / model / browser / realtime (pytest.ini) ---------------------------------
 # A test's tier follows from what it uses, so a new test is sorted without a decorator:
-# the fixtures it asks for (directly or through other fixtures), the rerun marker that the
-# timing-dependent tests carry, and the browser modules. A test may also mark itself.
+# the fixtures it asks for (directly or through other fixtures) and the browser modules.
+# A test that feeds audio in real time marks itself `realtime`.
 
 MODEL_FIXTURES = {"tiny_model", "tiny", "base", "tiny_ct2", "fresh_cache", "server", "live_server"}
 BROWSER_FIXTURES = {"browser", "page", "live_server"}
@@ -64,8 +64,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.model)
         if used & BROWSER_FIXTURES or item.path.name in BROWSER_MODULES:
             item.add_marker(pytest.mark.browser)
-        if item.get_closest_marker("flaky") is not None:  # reruns: it rides on thread timing
-            item.add_marker(pytest.mark.realtime)
         if not any(item.get_closest_marker(tier) for tier in TIERS):
             item.add_marker(pytest.mark.quick)
 

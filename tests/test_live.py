@@ -168,6 +168,7 @@ def test_memory_stays_bounded_over_five_minutes_of_speech(tiny_model, clip):
     assert growth < 12 * 2**20, f"RSS grew {growth / 2**20:.0f} MiB"
 
 
+@pytest.mark.realtime
 def test_a_worker_fed_in_real_time_loses_no_audio(tiny_model, clip, offline):
     """Chunks arrive in real time from another thread while decodes run. Whatever the
     scheduling: nothing is lost, committed text only grows, the final text is within one

@@ -10,12 +10,13 @@ import time
 
 import pytest
 
-from app_server import CHROMIUM, IN_CI, REPO, chromium_args, require_chromium, running_app
+from app_server import CHROMIUM, IN_CI, chromium_args, require_chromium, running_app
 from whisper_demo.decode import transcribe
 from whisper_demo.events import DecodeOptions
+from whisper_demo.examples import EXAMPLES_DIR
 from whisper_demo.text import word_edits
 
-DATA = REPO / "tests" / "data"
+DATA = EXAMPLES_DIR  # the example clips the package ships
 SPEECH_SECONDS_OF = {"jfk.wav": 11.0, "speech_25s.wav": 25.7}
 
 require_chromium()
@@ -37,6 +38,7 @@ def live_server():
 # that scheduling could miss. What must hold whatever the timing: text is committed before
 # Stop (the end of speech commits an utterance after one decode), committed text only
 # grows, the final text is the file's within a stated bound, and no audio is lost.
+@pytest.mark.realtime
 @pytest.mark.parametrize("name", ["jfk.wav", "speech_25s.wav"])
 def test_live_tab_commits_while_speaking(live_server, tmp_path, tiny_model, clip, name):
     fake_mic, speech_seconds = DATA / name, SPEECH_SECONDS_OF[name]

@@ -22,6 +22,7 @@ def _no_ansi(text):
 # Real time: audio is played by a thread while decodes run in another. Which decodes run
 # depends on scheduling; what is asserted holds whatever it is (the final text within 3
 # words of the file's, committed in lines, the summary printed).
+@pytest.mark.realtime
 def test_terminal_mode_prints_committed_text(tiny_model, clip, transcripts):
     out = io.StringIO()
     factory = mic.WavInputStream.factory(clip("jfk.wav"), speed=3.0)
@@ -50,6 +51,7 @@ class _CtrlCAfterPlayback(mic.WavInputStream):
         pass
 
 
+@pytest.mark.realtime
 def test_terminal_mode_dims_tentative_and_stops_cleanly_on_ctrl_c(tiny_model, clip):
     out = io.StringIO()
     audio = clip("short_3s.wav")
@@ -63,6 +65,7 @@ def test_terminal_mode_dims_tentative_and_stops_cleanly_on_ctrl_c(tiny_model, cl
     assert "door" in final.lower() and "quietly" in final.lower(), final
 
 
+@pytest.mark.realtime
 def test_stand_in_at_device_rate_is_resampled(tiny_model, clip):
     """A device that only offers 48 kHz: the same callback interface, resampled chunks."""
     audio = clip("short_3s.wav")
@@ -77,6 +80,7 @@ def test_stand_in_at_device_rate_is_resampled(tiny_model, clip):
     assert "door" in text.lower(), text
 
 
+@pytest.mark.realtime
 def test_desktop_source_with_stand_in(tiny_model, clip, transcripts):
     source = mic.DesktopMicSource(tiny_model, DecodeOptions(),
                                   stream_factory=mic.WavInputStream.factory(clip("jfk.wav"), speed=3.0))

@@ -37,13 +37,13 @@ import numpy as np
 from ..audio import SAMPLE_RATE, load_audio
 from ..decode import transcribe
 from ..events import DecodeOptions
+from ..examples import CLIPS, clip_path, reference_transcripts
 from ..models import DEFAULT_MODEL, load_model
 from ..text import word_error_rate, words as normalized_words
 from .session import LiveConfig, LiveSession, LiveUpdate, model_decoder
 
 PACKAGE = Path(__file__).resolve().parent.parent
 DEFAULT_EVAL_DIR = PACKAGE.parent.parent / "shared" / "eval-dev"
-EXAMPLE_CLIPS = ("jfk.wav", "speech_25s.wav", "short_3s.wav")
 
 
 @dataclass
@@ -53,24 +53,15 @@ class Stream:
     pieces: int
 
 
-def example_clip_dir() -> Path:
-    """Where the package's example clips are (their references are in transcripts.json)."""
-    for folder in (PACKAGE / "examples", PACKAGE.parent / "tests" / "data"):
-        if (folder / "jfk.wav").exists():
-            return folder
-    raise FileNotFoundError("the example clips (jfk.wav ...) are missing")
-
-
 def build_stream(eval_dir: Optional[Path], min_seconds: float = 180.0, seed: int = 0) -> Stream:
     clips: List[Tuple[np.ndarray, str]] = []
     if eval_dir is not None and (eval_dir / "manifest.jsonl").exists():
         for line in (eval_dir / "manifest.jsonl").read_text().splitlines():
             item = json.loads(line)
             clips.append((load_audio(eval_dir / item["audio"]), item["reference"]))
-    examples = example_clip_dir()
-    references = json.loads((examples / "transcripts.json").read_text())
-    for name in EXAMPLE_CLIPS:
-        clips.append((load_audio(examples / name), references[name]))
+    references = reference_transcripts()
+    for name in CLIPS:
+        clips.append((load_audio(clip_path(name)), references[name]))
     rng = random.Random(seed)
     parts, texts, seconds, count = [], [], 0.0, 0
     while seconds < min_seconds:

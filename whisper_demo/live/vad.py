@@ -6,8 +6,12 @@ let steady noise through as "voice" and called quiet speech silence. It scores 3
 frames (512 samples at 16 kHz) with a recurrent state, about 0.4 ms per frame here.
 
 A frame is voiced above THRESHOLD, and stays voiced above NEG_THRESHOLD once speech has
-started (the hysteresis of Silero's own `get_speech_timestamps`), so a soft syllable in
-the middle of a word does not end the speech.
+started (the hysteresis of Silero's own `get_speech_timestamps`, which puts the second
+0.15 below the first), so a soft syllable in the middle of a word does not end the speech.
+THRESHOLD is below Silero's default of 0.5 because whispered and creaky speech scores
+0.3-0.5 at its peaks (two real recordings of ../shared/eval-dev: at 0.5 not one frame of
+them counted as speech, and the live path would never have decoded them), while digital
+silence, room noise and white hiss stay under 0.05.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ import torch
 from ..audio import SAMPLE_RATE
 
 FRAME = 512  # samples per Silero frame at 16 kHz
-THRESHOLD = 0.5  # Silero's defaults
-NEG_THRESHOLD = 0.35
+THRESHOLD = 0.3
+NEG_THRESHOLD = 0.15
 
 
 def load_silero():
