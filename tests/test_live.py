@@ -267,24 +267,25 @@ def quiet(seconds):
 
 
 def test_scripted_session_commits_agreement_prompts_and_cuts():
+    late = [("It", 0.1, 0.4), ("is", 0.4, 0.6), ("late.", 0.6, 1.0)]
     script = Script(
-        [("It", 0.1, 0.4), ("is", 0.4, 0.6)],
-        [("It", 0.1, 0.4), ("is", 0.4, 0.6), ("late.", 0.6, 1.0)],
-        [("It", 0.1, 0.4), ("is", 0.4, 0.6), ("late.", 0.6, 1.0), ("We", 1.4, 1.6)],
+        late[:2], late,
+        late + [("We", 1.4, 1.6), ("go.", 1.6, 2.0)],
+        late + [("We", 1.4, 1.6), ("go.", 1.6, 2.0), ("Now", 3.2, 3.5)],
     )
     config = LiveConfig(min_new_seconds=0.5, cut_after_seconds=1.2, max_buffer_seconds=25.0)
     session = LiveSession(script, config, vad=LoudVoice())
     committed = []
-    for _ in range(3):
+    for _ in range(4):
         session.add_samples(loud(1.0))
-        update = drain(session.updates())
-        committed.append(update.new_committed)
-    assert committed == ["", "It is", "late."]
-    # the buffer (3 s) passed cut_after_seconds: it was cut after "late." (1.0 s)
+        committed.append(drain(session.updates()).new_committed)
+    assert committed == ["", "It is", "late.", "We go."]
+    # past cut_after_seconds with two committed sentences: cut after the first ("late.",
+    # 1.0 s); the second stays in the buffer as context
     assert session._offset == SR
-    session.add_samples(loud(0.6))
+    session.add_samples(loud(1.0))
     drain(session.updates())
-    assert script.calls[-1][1] == "It is late."  # the prompt: committed text before the buffer
+    assert script.calls[-1] == (4.0, "It is late.")  # the prompt: committed text before the buffer
     assert script.calls[0][1] is None
 
 

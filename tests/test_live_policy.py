@@ -122,13 +122,23 @@ def test_thank_you_on_silence_alone_is_never_committed():
     check([("Thank_you.@0.0-1.0", 0.0, "")])
 
 
-def test_buffer_is_cut_at_the_last_committed_sentence_once_long():
+def test_a_long_buffer_is_cut_keeping_the_last_committed_sentence_as_context():
     policy = AgreementPolicy(cut_after_seconds=15.0)
-    first = "It@1-1.3 is@1.3-1.5 late.@1.5-2.0 We@3-3.3 go@3.3-3.6"
+    first = "It@1-1.3 is@1.3-1.5 late.@1.5-2.0 We@3-3.3 go.@3.3-3.6 Now@4-4.3"
     policy.update(hyp(first, 0.0, 16.0), None)
-    decision = policy.update(hyp(first + " home@3.6-4.0", 0.0, 16.5), None)
-    assert " ".join(w.text for w in decision.committed) == "It is late. We go"
-    assert decision.cut_at == pytest.approx(2.0)  # after "late.", not inside the sentence
+    decision = policy.update(hyp(first + " home@4.3-4.8", 0.0, 16.5), None)
+    assert " ".join(w.text for w in decision.committed) == "It is late. We go. Now"
+    # after "late.", not after "go.": "We go." stays as context for what follows
+    assert decision.cut_at == pytest.approx(2.0)
+
+
+def test_one_committed_sentence_is_not_cut_before_the_buffer_is_full():
+    policy = AgreementPolicy(cut_after_seconds=15.0, max_buffer_seconds=25.0)
+    spec = "It@1-1.3 is@1.3-1.5 late.@1.5-2.0 We@3-3.3"
+    policy.update(hyp(spec, 0.0, 16.0), None)
+    assert policy.update(hyp(spec + " go@3.3-3.6", 0.0, 16.5), None).cut_at is None
+    # full: cut at the last committed word
+    assert policy.update(hyp(spec + " go@3.3-3.6 home@3.6-4", 0.0, 26.0), None).cut_at == pytest.approx(3.6)
 
 
 def test_short_buffers_are_not_cut():
@@ -138,14 +148,16 @@ def test_short_buffers_are_not_cut():
     assert decision.committed and decision.cut_at is None
 
 
-def test_a_committed_segment_end_is_a_cut_point():
+def test_committed_segment_ends_are_cut_points():
     policy = AgreementPolicy(cut_after_seconds=15.0)
-    spec = "so@1-1.3 we@1.3-1.5 went@1.5-2.0 and@6-6.3 then@6.3-6.6"
-    policy.update(hyp(spec, 0.0, 16.0, segment_ends=(2.1, 6.7)), None)
-    decision = policy.update(hyp(spec.replace("then", "than") + " more@6.6-7", 0.0, 16.5,
-                                 segment_ends=(2.1, 6.7)), None)
-    assert [w.text for w in decision.committed] == ["so", "we", "went", "and"]
-    # 6.7 ends a segment whose last word is not committed: not a cut point
+    spec = "so@1-1.3 we@1.3-1.5 went@1.5-2.0 and@6-6.3 then@6.3-6.6 it@8-8.2 rained@8.2-8.6"
+    ends = (2.1, 6.7, 8.8)
+    policy.update(hyp(spec, 0.0, 16.0, segment_ends=ends), None)
+    decision = policy.update(hyp(spec.replace("rained", "rain") + " more@9-9.4", 0.0, 16.5,
+                                 segment_ends=ends), None)
+    assert [w.text for w in decision.committed] == ["so", "we", "went", "and", "then", "it"]
+    # 8.8 ends a segment whose last word is not committed: not a cut point; of 2.1 and
+    # 6.7, the last but one
     assert decision.cut_at == pytest.approx(2.1)
 
 

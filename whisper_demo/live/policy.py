@@ -22,8 +22,8 @@ which compares hypotheses by time, not by word index:
    to the end of speech are committed without waiting for a second decode. Words placed
    after the end of speech were heard in silence: they are dropped, never committed.
 5. The buffer may be cut after committed text (the session keeps the audio before a cut
-   as context otherwise): past `cut_after_seconds`, at the last committed sentence end or
-   Whisper segment end; past
+   as context otherwise): past `cut_after_seconds`, at the last but one committed sentence
+   end or Whisper segment end (the last committed sentence stays as context); past
    `max_buffer_seconds`, at the last committed word, or (if nothing agreed for that long)
    after the words that end `keep_seconds` before the buffer's end, which are committed.
 6. At the end of the session the last decode's words are committed, unless they are the
@@ -170,17 +170,18 @@ class AgreementPolicy:
         length = hyp.buffer_end - hyp.buffer_start
         if length <= self.cut_after_seconds:
             return None, []
-        done = self.committed + words
-        if not done or done[-1].end <= hyp.buffer_start:
-            last_end = None
-        else:
-            last_end = done[-1].end
-        sentence = next((w.end for w in reversed(done) if w.ends_sentence and w.end > hyp.buffer_start), None)
-        segment = max((e for e in hyp.segment_ends if hyp.buffer_start < e <= (last_end or -1.0) + START_SLACK_S),
-                      default=None)
-        candidates = [t for t in (sentence, segment) if t is not None]
-        if candidates:
-            return max(candidates), []
+        done = [w for w in self.committed + words if w.end > hyp.buffer_start]
+        last_end = done[-1].end if done else None
+        # Sentence and segment ends inside the committed text of this buffer. The cut goes
+        # at the last but one, as whisper_streaming cuts at its last but one segment: the
+        # last committed sentence stays in the buffer as what the next words are heard
+        # after (cut right before them, tiny.en misheard "a small dog walked" as "a small
+        # dark walk"); its words are not committed again (rule 1).
+        ends = sorted({w.end for w in done if w.ends_sentence}
+                      | {e for e in hyp.segment_ends
+                         if last_end is not None and hyp.buffer_start < e <= last_end + START_SLACK_S})
+        if len(ends) >= 2:
+            return ends[-2], []
         if length <= self.max_buffer_seconds:
             return None, []
         if last_end is not None:
