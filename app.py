@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 
 # Before torch loads (it reads this once): OpenMP's default active wait made every decoder
 # step 6-10x slower whenever anything else ran on a small machine (the web server, a second
@@ -217,8 +218,11 @@ def main(argv=None) -> int:
             fail(f"the terminal microphone is not available: {exc}")
         return mic.run_terminal(model, options, device=args.input_device) or 0
 
+    from whisper_demo.timing import warm_up
     from whisper_demo.ui import Defaults, ModelStore, build_app, launch
 
+    # The Live tab's word timing compiles once per process: do it while the page loads.
+    threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
     store = ModelStore(device=device)
     store.put(args.model, model)
     defaults = Defaults(model=args.model, device=device, max_audio_seconds=args.max_audio_seconds,

@@ -23,6 +23,7 @@ import numpy as np
 
 from .audio import SAMPLE_RATE
 from .events import DecodeOptions, TokenEvent
+from .timing import warm_up
 from .live import LiveConfig, LiveSession, LiveUpdate, LiveWorker, model_decoder
 
 BLOCK_SECONDS = 0.1
@@ -270,6 +271,7 @@ def transcribe_microphone(model, options: Optional[DecodeOptions] = None, device
     color = out.isatty() if color is None and hasattr(out, "isatty") else bool(color)
     mic = MicStream(device, stream_factory)
     live = LiveSession(model_decoder(model, options), config)
+    warm_up()  # word timing's one-time compile, before the first decode needs it
     view = _TerminalView(out, color)
     out.write(f"Listening ({mic.sample_rate} Hz, cache={options.cache}). Speak; Ctrl-C to stop.\n")
     out.flush()

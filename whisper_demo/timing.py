@@ -16,6 +16,7 @@ forward plus the DTW, a few tens of milliseconds per window.
 from __future__ import annotations
 
 import itertools
+import threading
 from dataclasses import dataclass
 from typing import List, Sequence
 
@@ -32,6 +33,22 @@ MEDIAN_FILTER_WIDTH = 7  # openai-whisper's default
 PREPEND_PUNCTUATION = "\"'“¿([{-"
 APPEND_PUNCTUATION = "\"'.。,，!！?？:：”)]}、"
 SENTENCE_END_MARKS = ".。!！?？"
+
+
+_compiled = threading.Event()
+_compile_lock = threading.Lock()
+
+
+def warm_up() -> None:
+    """Compile openai-whisper's DTW (numba) now. The first call in a process compiles it,
+    which took 3-9 s here: a live session must not pay that on its first decode, so the
+    app and the live worker call this before they need it. Later calls return at once."""
+    if _compiled.is_set():
+        return
+    with _compile_lock:
+        if not _compiled.is_set():
+            dtw(torch.zeros(2, 3, dtype=torch.float64))
+            _compiled.set()
 
 
 @dataclass(frozen=True)

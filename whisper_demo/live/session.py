@@ -157,6 +157,7 @@ class LiveSession:
         self._last_encoder_ms: Optional[float] = None
         self.last_activity = clock()
         self.finished = False
+        self._stopped_at: Optional[float] = None  # when finish() was called
 
     # ------------------------------------------------------------------ input (any thread)
 
@@ -225,11 +226,12 @@ class LiveSession:
     def lost_seconds(self) -> float:
         """Audio that should have arrived and did not: the wall time since the first chunk
         less the audio received after it, beyond the slack of one chunk. While the session
-        runs, a stream that stopped arriving counts from the clock."""
+        runs, a stream that stopped arriving counts from the clock; from finish() on, the
+        clock no longer counts (the final decode may take a while)."""
         with self._lock:
             slack = self._max_chunk / SAMPLE_RATE
             behind = self._behind
-            if self._first_arrival is not None and not self.finished:
+            if self._first_arrival is not None and self._stopped_at is None:
                 behind = max(behind, (self.clock() - self._first_arrival)
                              - (self._received - self._first_chunk) / SAMPLE_RATE - slack)
         return behind if behind > slack else 0.0
@@ -264,6 +266,8 @@ class LiveSession:
         if self.finished:
             yield self._update(Decision((), ()), decoded=False, final=True, reason="finished")
             return
+        if self._stopped_at is None:
+            self._stopped_at = self.clock()
         yield from self._step(final=True)
         self.finished = True
 

@@ -17,6 +17,7 @@ from typing import Deque, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..events import TokenEvent
+from ..timing import warm_up
 from .session import LiveSession, LiveStats, LiveUpdate
 
 DECODE_NICENESS = 5
@@ -139,6 +140,7 @@ class LiveWorker:
             lower_thread_priority()
         error = None
         try:
+            warm_up()  # word timing's compile, once per process; audio buffers meanwhile
             while True:
                 with self._cond:
                     while not (self._stop or self._finish_requested or self.session.ready()):
