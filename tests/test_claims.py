@@ -11,7 +11,6 @@ import weakref
 
 import numpy as np
 import pytest
-import torch
 import whisper
 
 from whisper_demo import cache as cache_module
@@ -60,12 +59,12 @@ def runner_calls(monkeypatch):
     real_forward = runner_module.DecoderRunner.forward
 
     def forward(self, tokens, offset, self_kv, cross_kv, logit_positions=None):
-        calls.append(dict(
-            offset=offset, n_tokens=tokens.shape[1], n_beams=tokens.shape[0],
-            self_refs=[weakref.ref(t) for kv in self_kv for t in kv],
-            cross_refs=[weakref.ref(t) for kv in cross_kv for t in kv],
-            previous_alive=sum(r() is not None for c in calls for r in c["self_refs"] + c["cross_refs"]),
-        ))
+        calls.append({
+            "offset": offset, "n_tokens": tokens.shape[1], "n_beams": tokens.shape[0],
+            "self_refs": [weakref.ref(t) for kv in self_kv for t in kv],
+            "cross_refs": [weakref.ref(t) for kv in cross_kv for t in kv],
+            "previous_alive": sum(r() is not None for c in calls for r in c["self_refs"] + c["cross_refs"]),
+        })
         return real_forward(self, tokens, offset, self_kv, cross_kv, logit_positions)
 
     monkeypatch.setattr(runner_module.DecoderRunner, "forward", forward)
@@ -223,8 +222,8 @@ def test_closing_the_tab_frees_every_cache_tensor(tiny_model, clip, made_caches,
     """A real Chromium tab on the page served in this process: the tab closes mid-decode
     (static, beam 5, 55 s of speech), and every tensor of that decode's cache goes away."""
     import soundfile as sf
-
     from app_server import CHROMIUM, IN_CI, chromium_args, free_port, require_chromium
+
     from whisper_demo.ui import Defaults, ModelStore, build_app, launch
 
     require_chromium()
