@@ -25,7 +25,7 @@ JFK = REPO / "tests" / "data" / "jfk.wav"
 def served(monkeypatch, tiny_model):
     """app.main(argv) as far as serving: the loaded model is the session's tiny.en, the
     page is really launched (not blocking), and what main handed to launch is kept."""
-    import whisper_demo.ui as ui
+    from whisper_demo import ui
 
     monkeypatch.setattr(models, "load_model", lambda name, device=None, progress=True: tiny_model)
     seen = {}
