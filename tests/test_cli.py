@@ -106,7 +106,7 @@ def test_max_file_size_flag_refuses_larger_uploads(served):
 
 def _run_app(*args, timeout=240) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "app.py"), *args], cwd=REPO, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _input_devices():
