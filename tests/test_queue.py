@@ -84,7 +84,7 @@ def test_two_run_sixteen_wait_with_their_place_and_the_next_is_refused(gated_pag
     for c in clients[2:18]:  # one after another, so that each one's place is known
         job = c.submit(*args, api_name="/transcribe")
         waiting.append(job)
-        _wait(lambda: place(job) is not None, 60, f"client {len(waiting)} to be told its place")
+        _wait(lambda job=job: place(job) is not None, 60, f"client {len(waiting)} to be told its place")
 
     _wait(lambda: None not in places(), 60, "16 clients to be told their place")
     assert places() == list(range(16)), places()  # each told its own place, in arrival order
