@@ -92,9 +92,16 @@ def tensor_bytes(tensors):
 
 def test_static_cache_is_faster_than_none_and_the_gap_grows_with_position(tiny_model, clip):
     """speech_25s.wav (~100 decoder steps): the static and the uncached decode advance one
-    step each in turn, so load from other processes lands on both. Measured here: off costs
-    4-7x static's decoder time, and the per-step ratio is ~2x larger in the last quarter of
-    the positions than in the first. Asserted: 1.5x and 1.2x."""
+    step each in turn, so that load from other processes lands on both.
+
+    Speed: the median of the per-step ratios off/static; measured 4-7x, asserted > 1.5.
+    Growth with position: each quarter of the positions is judged by its cheapest step
+    (what a step costs when little interferes), and the uncached step's cost is taken
+    relative to the static one's of the same quarter, so load that lasts through a quarter
+    cancels out. From the first quarter to the last the uncached step grew 2.1x relative to
+    static, idle or under a load average of 6 (its own cheapest step 1.8-2.4x, static's
+    0.8-1.2x). Asserted: > 1.25. That the static step's work does not grow is counted in
+    test_static_runs_each_step_over_the_new_token_only."""
     audio = clip("speech_25s.wav")
     static = stream_transcribe(tiny_model, audio, DecodeOptions(cache="static"))
     off = stream_transcribe(tiny_model, audio, DecodeOptions(cache="off"))
@@ -106,14 +113,14 @@ def test_static_cache_is_faster_than_none_and_the_gap_grows_with_position(tiny_m
             slow.append(b.latency_ms)
     fast, slow = np.array(fast[1:]), np.array(slow[1:])  # step 0: the prompt, both modes alike
     assert len(fast) > 60
-    speedup = slow.sum() / fast.sum()
-    per_step = slow / fast
-    q = len(per_step) // 4
-    growth = np.median(per_step[-q:]) / np.median(per_step[:q])
-    print(f"\noff / static decoder time {speedup:.2f}x; per-step ratio grows {growth:.2f}x "
-          f"from the first to the last quarter")
-    assert speedup > 1.5, f"off/static decoder time {speedup:.2f}"
-    assert growth > 1.2, f"uncached per-step cost does not rise against static ({growth:.2f})"
+    speedup = np.median(slow / fast)  # both measured at the same moment
+    q = len(fast) // 4
+    off_rise = slow[-q:].min() / slow[:q].min()
+    static_rise = fast[-q:].min() / fast[:q].min()
+    print(f"\noff / static per step {speedup:.2f}x (decoder time {slow.sum() / fast.sum():.2f}x); "
+          f"cheapest step, last quarter / first: off {off_rise:.2f}x, static {static_rise:.2f}x")
+    assert speedup > 1.5, f"off/static per-step time {speedup:.2f}"
+    assert off_rise / static_rise > 1.25, f"the uncached step does not grow against static ({off_rise / static_rise:.2f})"
 
 
 # --------------------------------------------------------------------------------------
