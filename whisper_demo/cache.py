@@ -137,9 +137,10 @@ class StaticCache(CacheStrategy):
         return sum(t[:, :, : self.length].nbytes for kv in self.self_kv for t in kv)
 
     def self_cache_reserved_bytes(self) -> int:
+        """The memory behind the buffers (their storages, which a view could hide)."""
         if self.self_kv is None:
             return 0
-        return sum(k.nbytes + v.nbytes for k, v in self.self_kv)
+        return sum(t.untyped_storage().nbytes() for kv in self.self_kv for t in kv)
 
     def cross_cache_bytes(self) -> int:
         if self.cross_kv is None:
