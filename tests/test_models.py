@@ -284,7 +284,9 @@ def test_loaded_model_is_fp32_eval_and_named(tiny):
     assert not tiny.training
     assert {p.dtype for p in tiny.parameters()} == {torch.float32}
     assert tiny.name == "tiny.en"
-    assert models.model_label(tiny) == "tiny.en (37.2 M params)"
+    # the count of openai-whisper's own (untrained) Whisper of the same dimensions
+    expected = sum(p.numel() for p in Whisper(tiny.dims).parameters())
+    assert models.model_label(tiny) == f"tiny.en ({expected / 1e6:.1f} M params)"
 
 
 def test_cache_hit_needs_no_source_and_is_fast(shared_cache, tiny, monkeypatch):
@@ -460,20 +462,30 @@ def test_local_checkpoint_path(shared_cache, tiny, tmp_path):
         models.load_model(str(tmp_path / "missing.pt"), progress=False)
 
 
-def test_fp16_model_runs_and_agrees(shared_cache, tiny, tiny_features):
+def test_fp16_model_runs_and_agrees(shared_cache, tiny, tiny_features, jfk_mel):
     """The CUDA branch of load_model (to_fp16), exercised on CPU: the mixed float16 /
-    float32-LayerNorm model must run and give the same next token as float32."""
+    float32-LayerNorm model must run, encoder and decoder, and pick every token float32
+    picks: through openai-whisper's decode, and through our static-cache decoder."""
+    from whisper_demo.audio import load_audio
+    from whisper_demo.decode import transcribe
+    from whisper_demo.events import DecodeOptions
+
     half = models.to_fp16(models.load_model("tiny.en", device="cpu", progress=False))
     assert half.decoder.blocks[0].attn.query.weight.dtype == torch.float16
     assert half.decoder.ln.weight.dtype == torch.float32
-    tokenizer = whisper.tokenizer.get_tokenizer(multilingual=False)
-    tokens = torch.tensor([list(tokenizer.sot_sequence_including_notimestamps)])
+    options = dict(language="en", without_timestamps=True)
     with torch.no_grad():
-        # the encoder in float16 is slow on CPU; the decoder has the same module types
-        reference = tiny.logits(tokens, tiny_features)[0, -1]
-        got = half.logits(tokens, tiny_features.half())[0, -1]
-    assert got.argmax() == reference.argmax()
-    assert torch.allclose(got.float(), reference, atol=0.5)
+        half_features = half.embed_audio(jfk_mel[None].half())  # about 3 s on CPU
+    assert half_features.dtype == torch.float16
+    reference = whisper.decode(tiny, tiny_features, whisper.DecodingOptions(fp16=False, **options))[0]
+    got = whisper.decode(half, half_features, whisper.DecodingOptions(fp16=True, **options))[0]
+    assert len(reference.tokens) > 20
+    assert got.tokens == reference.tokens, (got.text, reference.text)
+
+    audio = load_audio(DATA / "jfk.wav")
+    exact = DecodeOptions(cache="static", timestamps=False)
+    ours_half, ours = transcribe(half, audio, exact), transcribe(tiny, audio, exact)
+    assert ours_half.n_tokens > 20 and ours_half.tokens == ours.tokens
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on machines without CUDA")

@@ -7,6 +7,7 @@ check the wiring: a handler that is not registered under its name fails here.
 import re
 import socket
 import threading
+import time
 
 import gradio as gr
 import numpy as np
@@ -122,11 +123,17 @@ def test_compare_same_tokens_and_a_speedup(app):
     summary = updates[-1][3]
     assert "identical tokens" in summary and "differ" not in summary
     speedup = float(re.search(r"(\d+\.\d)×</div>", summary).group(1))
-    # Typically 5-8x for these 27 tokens, but wall-clock ratios on a shared 2-core box are
-    # noise-prone (one run measured 0.6x while other jobs hogged the cores): the number
-    # must exist and be positive; bench.py is where speed is measured carefully.
-    assert speedup > 0, summary
     chart = frame(updates[-1][2])
+    on = chart[chart["series"] == "KV cache: static"]["latency_ms"]
+    off = chart[chart["series"] == "no KV cache"]["latency_ms"]
+    # the speedup shown is the ratio of the two runs' decoder times
+    assert abs(speedup - off.sum() / on.sum()) <= 0.051, (speedup, off.sum() / on.sum())
+    # and the cache is faster: the two runs are seconds apart on a shared 2-core machine,
+    # so each is judged by its cheapest step (what a step costs when nothing interferes).
+    # Measured 3-4x for these 27 tokens (the uncached step re-projects the audio K/V);
+    # 1.5x is far below that. test_claims interleaves the two modes step by step on 25 s.
+    print(f"\nshown {speedup}x; cheapest step off/static {off.min() / on.min():.2f}x")
+    assert off.min() / on.min() > 1.5, (off.min(), on.min())
     assert set(chart["series"]) == {"KV cache: static", "no KV cache"}
     counts = chart.groupby("series").size()
     assert counts["KV cache: static"] == counts["no KV cache"]
@@ -193,17 +200,30 @@ def test_throttle_sends_first_token_then_batches():
 def test_store_loads_each_model_once_across_threads():
     calls = []
     gate = threading.Event()
+    arrived = threading.Semaphore(0)
 
     def loader(name, device=None, progress=True):
         calls.append(name)
-        gate.wait(5)
+        gate.wait(30)
         return object()
+
+    def user():
+        arrived.release()
+        got.append(store.get("base"))
 
     store = ModelStore(loader=loader)
     got = []
-    threads = [threading.Thread(target=lambda: got.append(store.get("base"))) for _ in range(4)]
+    threads = [threading.Thread(target=user) for _ in range(4)]
     for t in threads:
         t.start()
+    # The load is held until all four users have arrived and had time to ask: a store
+    # without its per-name lock would start a second load in that time.
+    for _ in threads:
+        assert arrived.acquire(timeout=30)
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline and len(calls) < 2:
+        time.sleep(0.01)
+    assert calls == ["base"], f"{len(calls)} loads started for one model"
     gate.set()
     for t in threads:
         t.join()

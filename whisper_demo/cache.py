@@ -125,12 +125,18 @@ class StaticCache(CacheStrategy):
         return self.length
 
     def self_cache_bytes(self) -> int:
-        return self_cache_bytes(self.model, self.length, self.n_beams, self.element_size)
-
-    def self_cache_reserved_bytes(self) -> int:
+        """Measured on the buffers: the bytes of the positions filled so far (a view of
+        each K and V up to `length`), not the DESIGN.md formula, which the tests and the
+        panel compare this with."""
         if self.self_kv is None:
             return 0
-        return sum(k.nbytes + v.nbytes for k, v in self.self_kv)
+        return sum(t[:, :, : self.length].nbytes for kv in self.self_kv for t in kv)
+
+    def self_cache_reserved_bytes(self) -> int:
+        """The memory behind the buffers (their storages, which a view could hide)."""
+        if self.self_kv is None:
+            return 0
+        return sum(t.untyped_storage().nbytes() for kv in self.self_kv for t in kv)
 
     def cross_cache_bytes(self) -> int:
         if self.cross_kv is None:
