@@ -117,6 +117,15 @@ class DecoderRunner:
         end = offset + n_new
         x = F.embedding(tokens, self.token_embedding) + self.positional_embedding[offset:end]
         x = x.to(self.dtype)
+        # Several new tokens must not see each other's future. At offset 0 that is the fused
+        # kernel's is_causal (the prompt prefill, as before: exact mode's numbers unchanged);
+        # at an offset (a draft after cached tokens) is_causal would align the triangle to
+        # the top-left, so new token i gets an explicit mask: every cached position, and the
+        # new ones up to itself. A single new token sees everything: no mask.
+        causal = n_new > 1 and offset == 0
+        mask = None
+        if n_new > 1 and offset > 0:
+            mask = torch.ones(n_new, end, dtype=torch.bool, device=x.device).tril(diagonal=offset)
 
         for b, (k_cache, v_cache), (k_cross, v_cross) in zip(self.blocks, self_kv, cross_kv):
             # self-attention: write this step's K/V in place, attend over everything so far
@@ -125,10 +134,7 @@ class DecoderRunner:
             k_cache[:, :, offset:end] = self._split_heads(b.key(h))
             v_cache[:, :, offset:end] = self._split_heads(b.value(h))
             a = F.scaled_dot_product_attention(
-                q, k_cache[:, :, :end], v_cache[:, :, :end],
-                # a prefill of several tokens is causal; a single new token sees all
-                is_causal=n_new > 1 and offset == 0,
-            )
+                q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, is_causal=causal)
             x = x + b.out(self._merge_heads(a))
 
             # cross-attention: every beam reads the same audio K/V. Beams are stacked as
