@@ -62,6 +62,19 @@ class CacheStrategy(Inference):
         logits = self.logits_at(tokens, audio_features, [sot_index, last] if first else [last])
         return logits[:, -1], (logits[:, 0] if first else None)
 
+    def draft_logits(self, tokens: Tensor, audio_features: Tensor, sot_index: int, n_draft: int):
+        """The first step of a decode that verifies a draft: `tokens` are the initial tokens
+        followed by `n_draft` draft tokens, all run in one forward. Returns (logits
+        [beams, n_draft + 1, vocab], logits at the start-of-transcript token): row j is what
+        step j would see, the prediction after the initial tokens and the first j draft
+        tokens. Later steps go through step_logits after truncate() drops what was rejected."""
+        if self.steps:
+            raise RuntimeError("a draft is verified by the first step of a decode")
+        self.steps += 1
+        n = tokens.shape[1]
+        logits = self.logits_at(tokens, audio_features, [sot_index, *range(n - n_draft - 1, n)])
+        return logits[:, 1:], logits[:, 0]
+
     def logits_at(self, tokens: Tensor, audio_features: Tensor, positions) -> Tensor:
         raise NotImplementedError
 
@@ -107,6 +120,14 @@ class StaticCache(CacheStrategy):
         logits = self.runner.forward(tokens[:, offset:], offset, self.self_kv, self.cross_kv, rows)
         self.length = tokens.shape[1]
         return logits
+
+    def truncate(self, length: int):
+        """Keep only the first `length` positions, e.g. after a draft was rejected there.
+        Nothing is cleared: the next forward writes its positions from `length` on, and
+        attention never reads past the positions it has written."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate {self.length} cached positions to {length}")
+        self.length = length
 
     def rearrange_kv_cache(self, source_indices):
         if source_indices != list(range(len(source_indices))):
