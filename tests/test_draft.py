@@ -7,6 +7,8 @@ import torch
 from whisper.audio import N_SAMPLES, log_mel_spectrogram, pad_or_trim
 
 from whisper_demo.cache import StaticCache
+from whisper_demo.decode import stream_transcribe
+from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
 from whisper_demo.runner import decoder_runner
 
 SOT_AND_TEXT = [50257, 50363, 383, 1893, 286, 262, 1578, 1829, 11, 616, 3397]  # tiny.en ids
@@ -64,3 +66,87 @@ def test_truncate_lets_the_next_forward_overwrite_rejected_positions(tiny_model,
     assert torch.allclose(after, expected[:, 6:], atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError):
         cache.truncate(tokens.shape[1] + 1)
+
+
+# --- the draft option of the decoder ----------------------------------------------------
+
+SR = 16000
+
+
+def run(model, audio, **options):
+    events, result = [], None
+    for item in stream_transcribe(model, audio, DecodeOptions(**options)):
+        if isinstance(item, TokenEvent):
+            events.append(item)
+        else:
+            result = item
+    assert isinstance(result, DecodeResult)
+    return events, result
+
+
+def growing(model, audio, first_s=3, step_s=1):
+    """A live session's re-decodes: each buffer decoded without a draft and with the
+    previous buffer's tokens as the draft. Yields (seconds, plain, drafted) results."""
+    previous = None
+    for seconds in range(first_s, int(len(audio) / SR) + 1, step_s):
+        buffer = audio[: seconds * SR]
+        plain = run(model, buffer)
+        if previous is not None:
+            yield seconds, plain, run(model, buffer, draft_tokens=tuple(previous))
+        previous = plain[1].tokens
+
+
+@pytest.mark.parametrize("name", ["speech_25s.wav", "jfk.wav"])
+def test_a_growing_buffer_decodes_the_same_tokens_with_the_previous_as_draft(tiny_model, clip, name):
+    accepted = []
+    for seconds, (plain_events, plain), (events, drafted) in growing(tiny_model, clip(name)):
+        assert drafted.tokens == plain.tokens, seconds
+        assert [e.token_id for e in events] == [e.token_id for e in plain_events], seconds
+        assert drafted.text == plain.text and drafted.n_tokens == plain.n_tokens
+        assert 0 <= drafted.draft_accepted <= drafted.draft_offered
+        assert drafted.draft_accepted == sum(e.from_draft for e in events)
+        # each step's latency counted once: the pass is charged to the first step
+        assert drafted.decode_seconds == pytest.approx(sum(e.latency_ms for e in events) / 1000)
+        accepted.append(drafted.draft_accepted)
+    assert len(accepted) >= 6
+    assert sum(a > 0 for a in accepted) > len(accepted) / 2, accepted
+
+
+def test_its_own_tokens_as_draft_are_all_accepted(tiny_model, clip):
+    audio = clip("jfk.wav")
+    events, plain = run(tiny_model, audio)
+    drafted_events, drafted = run(tiny_model, audio, draft_tokens=tuple(plain.tokens))
+    assert drafted.tokens == plain.tokens
+    assert drafted.draft_offered == drafted.draft_accepted == len(plain.tokens)
+    assert [e.from_draft for e in drafted_events] == [True] * len(plain.tokens) + [False]  # + EOT
+    # the one forward is charged to the first step; the others only filter and pick
+    assert drafted_events[0].latency_ms > max(e.latency_ms for e in drafted_events[1:-1])
+    assert drafted.decode_seconds < plain.decode_seconds
+
+
+def test_a_garbage_draft_changes_nothing(tiny_model, clip):
+    audio = clip("jfk.wav")
+    _, plain = run(tiny_model, audio)
+    generator = torch.Generator().manual_seed(0)
+    garbage = torch.randint(0, 50256, (60,), generator=generator).tolist()
+    _, drafted = run(tiny_model, audio, draft_tokens=tuple(garbage))
+    assert drafted.tokens == plain.tokens and drafted.draft_offered == 60
+    # a draft that goes right then wrong, and one holding a special and an impossible id
+    half = plain.tokens[:10] + garbage[:20]
+    _, drafted = run(tiny_model, audio, draft_tokens=tuple(half))
+    assert drafted.tokens == plain.tokens and drafted.draft_accepted == 10
+    _, drafted = run(tiny_model, audio, draft_tokens=tuple(plain.tokens[:5] + [50256, 7] + [10**6]))
+    assert drafted.tokens == plain.tokens and drafted.draft_offered == 5
+
+
+@pytest.mark.parametrize("options", [dict(cache="hooks"), dict(cache="off"), dict(beam_size=5)],
+                         ids=["hooks", "off", "beam5"])
+def test_the_draft_is_ignored_where_it_does_not_apply(tiny_model, clip, options):
+    audio = clip("jfk.wav")[: 6 * SR]
+    events, plain = run(tiny_model, audio, **options)
+    draft = tuple(plain.tokens)
+    drafted_events, drafted = run(tiny_model, audio, draft_tokens=draft, **options)
+    assert drafted.tokens == plain.tokens
+    assert [e.token_id for e in drafted_events] == [e.token_id for e in events]
+    assert drafted.draft_offered == drafted.draft_accepted == 0
+    assert not any(e.from_draft for e in drafted_events)

@@ -46,6 +46,8 @@ class WindowOutcome:
     silent: bool = False  # judged silent before any token was emitted
     peak_self_cache_bytes: int = 0
     peak_cross_cache_bytes: int = 0
+    draft_offered: int = 0  # draft tokens checked in this attempt
+    draft_accepted: int = 0  # of those, confirmed by the model
 
     def compression_ratio(self, tokenizer: Tokenizer) -> float:
         text = tokenizer.decode(self.tokens).encode("utf-8")
@@ -64,6 +66,7 @@ class Step:
     self_cache_bytes: int
     self_cache_reserved_bytes: int
     cross_cache_bytes: int
+    from_draft: bool = False  # a draft token the model confirmed (TokenEvent.from_draft)
 
 
 class _Returning:
@@ -89,6 +92,8 @@ class _Stats:
         self.peak_cross = 0
         self.peak_rss = 0
         self.skipped_windows = 0
+        self.draft_offered = 0
+        self.draft_accepted = 0
 
 
 def stream_transcribe(
@@ -149,6 +154,8 @@ def stream_transcribe(
             decoding = _Returning(_decode_window(
                 model, audio_features, tokenizer, options, language, temperature,
                 prompt_tokens + all_tokens,
+                # the draft is what an earlier decode of this same audio start said first
+                draft=options.draft_tokens if seek == 0 else None,
             ))
             for decoded in decoding:
                 new_text = tokenizer.decode([t for t in decoded.window_tokens if t < tokenizer.eot])
@@ -167,12 +174,15 @@ def stream_transcribe(
                     cross_cache_bytes=decoded.cross_cache_bytes, rss_bytes=rss,
                     cache_mode=options.cache, beam_size=options.beam_size,
                     is_timestamp=decoded.is_timestamp, restart=attempt > 0 and first_of_attempt,
+                    from_draft=decoded.from_draft,
                 )
                 first_of_attempt = False
                 step += 1
             outcome = decoding.value
             stats.peak_self = max(stats.peak_self, outcome.peak_self_cache_bytes)
             stats.peak_cross = max(stats.peak_cross, outcome.peak_cross_cache_bytes)
+            stats.draft_offered += outcome.draft_offered
+            stats.draft_accepted += outcome.draft_accepted
             if not _needs_fallback(outcome, tokenizer, options):
                 break
             transcript = text_before_window  # the retry replaces this window's text
@@ -222,6 +232,8 @@ def stream_transcribe(
         latencies_ms=stats.latencies_ms,
         skipped_windows=stats.skipped_windows,
         no_speech_prob=no_speech_prob,
+        draft_offered=stats.draft_offered,
+        draft_accepted=stats.draft_accepted,
     )
 
 
@@ -233,11 +245,20 @@ def transcribe(model: Whisper, audio: np.ndarray, options: Optional[DecodeOption
 
 
 def _decode_window(model, audio_features, tokenizer, options, language, temperature,
-                   previous_tokens) -> Generator[Step, None, WindowOutcome]:
+                   previous_tokens, draft=None) -> Generator[Step, None, WindowOutcome]:
     """openai-whisper's DecodingTask._main_loop as a generator over steps.
 
     Yields a Step per decoder step and returns the window's WindowOutcome. The cache is
     released on every way out, including when the consumer closes the generator.
+
+    draft: tokens this window is expected to start with (DecodeOptions.draft_tokens).
+    Greedy decoding with the static cache runs the initial tokens and the whole draft in
+    one forward, so that row i of its logits is what step i would compute if the draft so
+    far is right. Each step still filters its row and picks its token exactly as the loop
+    does; while that pick equals the draft token, the next row is still valid. At the
+    first difference the pick stands, the cache drops the draft's positions from there
+    (truncate) and the loop goes on one forward per step. The picks are therefore the
+    greedy decode's, and an agreeing prefix costs one forward instead of one per token.
     """
     outcome = WindowOutcome()
     beam = options.beam_size > 1 and temperature == 0
@@ -261,11 +282,25 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
     tokens = tokens.repeat_interleave(n_group, dim=0)
     sum_logprobs = torch.zeros(n_group, device=audio_features.device)
     sample_begin = task.sample_begin
+    if options.cache == "static" and options.beam_size == 1 and temperature == 0 and draft:
+        draft = _usable_draft(draft, tokenizer, model.dims.n_vocab,
+                              min(task.sample_len, n_ctx - tokens.shape[1]))
+    else:
+        draft = []  # beams and sampling pick differently; other caches cannot drop positions
+    outcome.draft_offered = len(draft)
+    verified = None  # the draft pass's logits while its rows still apply: step i reads row i
     try:
         for i in range(task.sample_len):
             started = time.perf_counter()
             with torch.inference_mode():
-                last_logits, sot_logits = cache.step_logits(tokens, audio_features, task.sot_index)
+                if i == 0 and draft:
+                    with_draft = torch.cat([tokens, tokens.new_tensor([draft])], dim=1)
+                    verified, sot_logits = cache.draft_logits(
+                        with_draft, audio_features, task.sot_index, len(draft))
+                if verified is not None:
+                    last_logits = verified[:, i]
+                else:
+                    last_logits, sot_logits = cache.step_logits(tokens, audio_features, task.sot_index)
                 if i == 0 and tokenizer.no_speech is not None:
                     outcome.no_speech_prob = sot_logits[0].softmax(-1)[tokenizer.no_speech].item()
                     if outcome.no_speech_prob > options.no_speech_threshold:
@@ -275,6 +310,15 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
                 for logit_filter in task.logit_filters:
                     logit_filter.apply(last_logits, tokens)
                 tokens, completed = task.decoder.update(tokens, last_logits, sum_logprobs)
+                from_draft = verified is not None and i < len(draft) and tokens[0, -1].item() == draft[i]
+                if from_draft:
+                    outcome.draft_accepted += 1
+                elif verified is not None:
+                    # The pick differs from the draft (or the draft is used up): later rows
+                    # and cached positions assumed draft tokens from here on. Keep the cache
+                    # up to the token just picked, which the next step writes.
+                    verified = None
+                    cache.truncate(tokens.shape[1] - 1)
             latency_ms = (time.perf_counter() - started) * 1000
 
             outcome.peak_self_cache_bytes = max(outcome.peak_self_cache_bytes, cache.self_cache_bytes())
@@ -284,7 +328,7 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
                        latency_ms=latency_ms, window_tokens=_until_eot(best, tokenizer),
                        cache_tokens=cache.cache_tokens(), self_cache_bytes=cache.self_cache_bytes(),
                        self_cache_reserved_bytes=cache.self_cache_reserved_bytes(),
-                       cross_cache_bytes=cache.cross_cache_bytes())
+                       cross_cache_bytes=cache.cross_cache_bytes(), from_draft=from_draft)
             if completed or tokens.shape[-1] > n_ctx:
                 break
 
@@ -379,6 +423,18 @@ def _needs_fallback(outcome: WindowOutcome, tokenizer, options: DecodeOptions) -
         return False
     return (outcome.compression_ratio(tokenizer) > COMPRESSION_RATIO_THRESHOLD
             or outcome.avg_logprob < LOGPROB_THRESHOLD)
+
+
+def _usable_draft(draft, tokenizer, n_vocab: int, limit: int) -> List[int]:
+    """The draft up to its first token that is neither text nor a timestamp (a stray
+    special would only be rejected, an id past the vocabulary could not be embedded), and
+    at most `limit` tokens: the steps and positions this window has."""
+    usable = []
+    for token in list(draft)[:limit]:
+        if not (0 <= token < tokenizer.eot or tokenizer.timestamp_begin <= token < n_vocab):
+            break
+        usable.append(int(token))
+    return usable
 
 
 def _until_eot(tokens: List[int], tokenizer) -> List[int]:
