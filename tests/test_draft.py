@@ -5,11 +5,13 @@ On the real tiny.en model and real speech."""
 import pytest
 import torch
 from whisper.audio import N_SAMPLES, log_mel_spectrogram, pad_or_trim
+from whisper.tokenizer import get_tokenizer
 
 from whisper_demo.cache import StaticCache
 from whisper_demo.decode import stream_transcribe
 from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
 from whisper_demo.runner import decoder_runner
+from whisper_demo.speculative import realign, usable_draft
 
 SOT_AND_TEXT = [50257, 50363, 383, 1893, 286, 262, 1578, 1829, 11, 616, 3397]  # tiny.en ids
 
@@ -150,3 +152,42 @@ def test_the_draft_is_ignored_where_it_does_not_apply(tiny_model, clip, options)
     assert [e.token_id for e in drafted_events] == [e.token_id for e in events]
     assert drafted.draft_offered == drafted.draft_accepted == 0
     assert not any(e.from_draft for e in drafted_events)
+
+
+# --- realigning a draft after a difference (no model) -------------------------------------
+
+@pytest.fixture(scope="module")
+def tok():
+    return get_tokenizer(False)  # tiny.en's
+
+
+def test_realign_follows_a_moved_segment_boundary(tok):
+    ts = tok.timestamp_begin
+    draft = [ts, 10, 11, ts + 128, ts + 128, 12, 13]
+    assert realign(draft, 3, ts + 136, tok) == 4  # <|2.56|> said as <|2.72|>
+    assert draft[4] == ts + 136  # the next segment starts at the new time too
+
+
+def test_realign_skips_dropped_tokens_and_waits_for_inserted_ones(tok):
+    ts = tok.timestamp_begin
+    draft = [ts, 10, 11, 12, 13, 14]
+    assert realign(list(draft), 1, 12, tok) == 4  # 10 and 11 dropped: resume after 12
+    assert realign(list(draft), 2, 99, tok) == 3  # a substitution for 11
+    assert realign(list(draft), 3, 11, tok) == 3  # 99 was inserted before 11: 11 again, then 12
+    assert realign(list(draft), 2, tok.eot, tok) == len(draft)  # the model ended: nothing left
+
+
+def test_realign_handles_boundaries_added_or_removed(tok):
+    ts = tok.timestamp_begin
+    draft = [ts, 10, 11, 12]
+    assert realign(draft, 2, ts + 50, tok) == 2 and draft == [ts, 10, ts + 50, 11, 12]  # added
+    draft = [ts, 10, ts + 50, ts + 50, 11, 12]
+    assert realign(draft, 2, 11, tok) == 5  # removed: the draft's pair is skipped, 11 said
+
+
+def test_usable_draft_stops_at_a_special_or_an_impossible_id(tok):
+    ts = tok.timestamp_begin
+    assert usable_draft([ts, 10, ts + 3], tok, 51864) == [ts, 10, ts + 3]
+    assert usable_draft([ts, 10, tok.eot, 11], tok, 51864) == [ts, 10]
+    assert usable_draft([10, 51864, 11], tok, 51864) == [10]
+    assert usable_draft([-1, 10], tok, 51864) == []

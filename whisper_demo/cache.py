@@ -63,17 +63,17 @@ class CacheStrategy(Inference):
         return logits[:, -1], (logits[:, 0] if first else None)
 
     def draft_logits(self, tokens: Tensor, audio_features: Tensor, sot_index: int, n_draft: int):
-        """The first step of a decode that verifies a draft: `tokens` are the initial tokens
-        followed by `n_draft` draft tokens, all run in one forward. Returns (logits
-        [beams, n_draft + 1, vocab], logits at the start-of-transcript token): row j is what
-        step j would see, the prediction after the initial tokens and the first j draft
-        tokens. Later steps go through step_logits after truncate() drops what was rejected."""
-        if self.steps:
-            raise RuntimeError("a draft is verified by the first step of a decode")
+        """A step that also checks a draft: `tokens` end with `n_draft` draft tokens, which
+        run with the step's own new token(s) in one forward. Returns (logits [beams,
+        n_draft + 1, vocab], logits at the start-of-transcript token on the first step, else
+        None). Row j is what the j-th step from here would see if the draft's first j tokens
+        are right. The caller truncate()s the cache where the draft turns out wrong."""
+        first = self.steps == 0
         self.steps += 1
         n = tokens.shape[1]
-        logits = self.logits_at(tokens, audio_features, [sot_index, *range(n - n_draft - 1, n)])
-        return logits[:, 1:], logits[:, 0]
+        rows = list(range(n - n_draft - 1, n))
+        logits = self.logits_at(tokens, audio_features, [sot_index, *rows] if first else rows)
+        return (logits[:, 1:], logits[:, 0]) if first else (logits, None)
 
     def logits_at(self, tokens: Tensor, audio_features: Tensor, positions) -> Tensor:
         raise NotImplementedError

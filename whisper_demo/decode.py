@@ -26,6 +26,7 @@ from whisper.tokenizer import Tokenizer, get_tokenizer
 
 from .cache import make_cache
 from .events import DecodeOptions, DecodeResult, Segment, TokenEvent
+from .speculative import DraftVerifier, usable_draft
 from .timing import add_word_timestamps
 
 # openai-whisper transcribe()'s defaults for when to retry a window at a higher temperature
@@ -48,6 +49,7 @@ class WindowOutcome:
     peak_cross_cache_bytes: int = 0
     draft_offered: int = 0  # draft tokens checked in this attempt
     draft_accepted: int = 0  # of those, confirmed by the model
+    draft_passes: int = 0  # decoder forwards that checked draft tokens
 
     def compression_ratio(self, tokenizer: Tokenizer) -> float:
         text = tokenizer.decode(self.tokens).encode("utf-8")
@@ -94,6 +96,7 @@ class _Stats:
         self.skipped_windows = 0
         self.draft_offered = 0
         self.draft_accepted = 0
+        self.draft_passes = 0
 
 
 def stream_transcribe(
@@ -183,6 +186,7 @@ def stream_transcribe(
             stats.peak_cross = max(stats.peak_cross, outcome.peak_cross_cache_bytes)
             stats.draft_offered += outcome.draft_offered
             stats.draft_accepted += outcome.draft_accepted
+            stats.draft_passes += outcome.draft_passes
             if not _needs_fallback(outcome, tokenizer, options):
                 break
             transcript = text_before_window  # the retry replaces this window's text
@@ -234,6 +238,7 @@ def stream_transcribe(
         no_speech_prob=no_speech_prob,
         draft_offered=stats.draft_offered,
         draft_accepted=stats.draft_accepted,
+        draft_passes=stats.draft_passes,
     )
 
 
@@ -252,13 +257,10 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
     released on every way out, including when the consumer closes the generator.
 
     draft: tokens this window is expected to start with (DecodeOptions.draft_tokens).
-    Greedy decoding with the static cache runs the initial tokens and the whole draft in
-    one forward, so that row i of its logits is what step i would compute if the draft so
-    far is right. Each step still filters its row and picks its token exactly as the loop
-    does; while that pick equals the draft token, the next row is still valid. At the
-    first difference the pick stands, the cache drops the draft's positions from there
-    (truncate) and the loop goes on one forward per step. The picks are therefore the
-    greedy decode's, and an agreeing prefix costs one forward instead of one per token.
+    With greedy decoding and the static cache, the steps take their logits from forwards
+    over the draft (speculative.DraftVerifier) while it agrees with the model, and from
+    their own forward otherwise. Each step still filters its logits and picks its token
+    exactly as below, so the picks are the greedy decode's either way.
     """
     outcome = WindowOutcome()
     beam = options.beam_size > 1 and temperature == 0
@@ -282,23 +284,20 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
     tokens = tokens.repeat_interleave(n_group, dim=0)
     sum_logprobs = torch.zeros(n_group, device=audio_features.device)
     sample_begin = task.sample_begin
+    verifier = None
     if options.cache == "static" and options.beam_size == 1 and temperature == 0 and draft:
-        draft = _usable_draft(draft, tokenizer, model.dims.n_vocab,
-                              min(task.sample_len, n_ctx - tokens.shape[1]))
-    else:
-        draft = []  # beams and sampling pick differently; other caches cannot drop positions
-    outcome.draft_offered = len(draft)
-    verified = None  # the draft pass's logits while its rows still apply: step i reads row i
+        # beams and sampling pick differently; other caches cannot drop rejected positions
+        verifier = DraftVerifier(usable_draft(draft, tokenizer, model.dims.n_vocab), cache,
+                                 audio_features, task.sot_index, tokenizer)
     try:
         for i in range(task.sample_len):
             started = time.perf_counter()
             with torch.inference_mode():
-                if i == 0 and draft:
-                    with_draft = torch.cat([tokens, tokens.new_tensor([draft])], dim=1)
-                    verified, sot_logits = cache.draft_logits(
-                        with_draft, audio_features, task.sot_index, len(draft))
-                if verified is not None:
-                    last_logits = verified[:, i]
+                # draft tokens a pass may check: steps left, and positions left in the cache
+                room = min(task.sample_len - i, n_ctx - tokens.shape[1])
+                from_verifier = verifier.logits(tokens, room) if verifier else None
+                if from_verifier:
+                    last_logits, sot_logits = from_verifier
                 else:
                     last_logits, sot_logits = cache.step_logits(tokens, audio_features, task.sot_index)
                 if i == 0 and tokenizer.no_speech is not None:
@@ -310,15 +309,7 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
                 for logit_filter in task.logit_filters:
                     logit_filter.apply(last_logits, tokens)
                 tokens, completed = task.decoder.update(tokens, last_logits, sum_logprobs)
-                from_draft = verified is not None and i < len(draft) and tokens[0, -1].item() == draft[i]
-                if from_draft:
-                    outcome.draft_accepted += 1
-                elif verified is not None:
-                    # The pick differs from the draft (or the draft is used up): later rows
-                    # and cached positions assumed draft tokens from here on. Keep the cache
-                    # up to the token just picked, which the next step writes.
-                    verified = None
-                    cache.truncate(tokens.shape[1] - 1)
+                from_draft = bool(from_verifier) and verifier.check(tokens)
             latency_ms = (time.perf_counter() - started) * 1000
 
             outcome.peak_self_cache_bytes = max(outcome.peak_self_cache_bytes, cache.self_cache_bytes())
@@ -342,6 +333,9 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
         outcome.avg_logprob = float(sum_lp[0][chosen]) / (len(outcome.tokens) + 1)
         return outcome
     finally:
+        if verifier:  # also for a window returned as silent
+            outcome.draft_offered, outcome.draft_accepted = verifier.offered, verifier.accepted
+            outcome.draft_passes = verifier.passes
         cache.cleanup_caching()
 
 
@@ -423,18 +417,6 @@ def _needs_fallback(outcome: WindowOutcome, tokenizer, options: DecodeOptions) -
         return False
     return (outcome.compression_ratio(tokenizer) > COMPRESSION_RATIO_THRESHOLD
             or outcome.avg_logprob < LOGPROB_THRESHOLD)
-
-
-def _usable_draft(draft, tokenizer, n_vocab: int, limit: int) -> List[int]:
-    """The draft up to its first token that is neither text nor a timestamp (a stray
-    special would only be rejected, an id past the vocabulary could not be embedded), and
-    at most `limit` tokens: the steps and positions this window has."""
-    usable = []
-    for token in list(draft)[:limit]:
-        if not (0 <= token < tokenizer.eot or tokenizer.timestamp_begin <= token < n_vocab):
-            break
-        usable.append(int(token))
-    return usable
 
 
 def _until_eot(tokens: List[int], tokenizer) -> List[int]:

@@ -67,10 +67,10 @@ class TokenEvent:
     beam_size: int
     is_timestamp: bool = False
     restart: bool = False  # True on the first token of a retried window (fallback)
-    # A draft token (DecodeOptions.draft_tokens) that the model confirmed. The one forward
-    # that verifies a draft is charged to the window's first step (its latency_ms); each
-    # later step it covers carries only its own filtering and choice (well under 1 ms), so
-    # the latencies still add up to the decoder's time.
+    # A draft token (DecodeOptions.draft_tokens) that the model confirmed. A forward that
+    # checks a draft (one per pass, speculative.py) is charged to the step that runs it, the
+    # first of the pass (its latency_ms); each later step of the pass carries only its own
+    # filtering and choice (well under 1 ms), so latencies still add up to decoder time.
     from_draft: bool = False
 
 
@@ -105,3 +105,4 @@ class DecodeResult:
     no_speech_prob: float = 0.0  # of the last window decoded
     draft_offered: int = 0  # draft tokens checked (0 when there was none, or it was ignored)
     draft_accepted: int = 0  # of those, how many the model confirmed (TokenEvent.from_draft)
+    draft_passes: int = 0  # decoder forwards that checked draft tokens (speculative.py)
