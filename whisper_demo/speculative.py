@@ -7,7 +7,9 @@ so its logits row j is what the j-th step would compute if the draft's first j t
 right. decode.py still filters each row and picks each token exactly as its step loop does;
 while the pick equals the draft token, the next row stays valid. At a difference the pick
 stands, the static cache drops the draft's positions after it (StaticCache.truncate), and
-the draft is realigned to what the model said; a new pass checks the rest. The tokens are
+the draft is realigned to what the model said; further passes check the rest (short ones
+first, see PROBE). A step no pass covers runs its own forward, as without a draft. The
+tokens are
 therefore the greedy decode's, up to float rounding (a batched forward's sums are not
 ordered as a single step's: allclose, not bitwise; a near-tie could in principle flip).
 
@@ -22,9 +24,14 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-# A pass that confirms nothing costs a forward over the whole rest of the draft (several
-# steps' worth of time); after this many in a row the window goes on without the draft.
-MAX_FAILED_PASSES = 2
+# How many draft tokens a pass checks. The first checks the whole draft: a re-decode mostly
+# repeats the previous one. After a difference the next pass checks only PROBE tokens, as
+# the realignment is a guess: a forward over a few tokens costs about one step, and even
+# when it confirms nothing it still gives the step its logits. A pass confirmed to its end
+# is followed by one twice as long.
+PROBE = 4
+# Passes in a row that confirm nothing before the window goes on without the draft.
+MAX_FAILED_PASSES = 4
 # How far ahead a pick is looked for in the draft: the model dropped that many draft tokens.
 LOOKAHEAD = 4
 
@@ -84,8 +91,8 @@ class DraftVerifier:
         self.tokenizer = tokenizer
         self.expected = 0  # index in self.draft of the token the next step should pick
         self.rows: Optional[Tensor] = None  # the current pass's logits, while they apply
-        self.checking: List[int] = []  # the draft tokens the current pass assumed
-        self.row = 0
+        self.row = 0  # the row of the step about to run
+        self.span = len(self.draft)  # draft tokens the next pass checks
         self.accepted = 0
         self.passes = 0
         self.failed_passes = 0  # in a row
@@ -97,10 +104,10 @@ class DraftVerifier:
         if self.rows is None:
             if self.expected >= len(self.draft) or self.failed_passes >= MAX_FAILED_PASSES or room < 1:
                 return None
-            self.checking = self.draft[self.expected : self.expected + room]
-            with_draft = torch.cat([tokens, tokens.new_tensor([self.checking] * tokens.shape[0])], dim=1)
+            checking = self.draft[self.expected : self.expected + min(room, self.span)]
+            with_draft = torch.cat([tokens, tokens.new_tensor([checking] * tokens.shape[0])], dim=1)
             self.rows, sot_logits = self.cache.draft_logits(
-                with_draft, self.audio_features, self.sot_index, len(self.checking))
+                with_draft, self.audio_features, self.sot_index, len(checking))
             self.row = 0
             self.passes += 1
             return self.rows[:, 0], sot_logits
@@ -108,17 +115,21 @@ class DraftVerifier:
 
     def check(self, tokens: Tensor) -> bool:
         """After a step that used this draft's logits picked tokens[0, -1]: whether the pick
-        is the draft's token. If not (or the pass is used up), the pass ends here: the cache
-        keeps the positions up to the pick, and the draft is realigned for the next pass."""
+        is the draft's token. The pass ends at a difference or at its last row; after a
+        difference the cache keeps the positions up to the pick, and the draft is realigned
+        to what the model said."""
         pick = tokens[0, -1].item()
-        if self.row < len(self.checking) and pick == self.checking[self.row]:
-            self.row += 1
+        self.row += 1
+        last_row = self.row == self.rows.shape[1]  # the row after the pass's last draft token
+        if self.expected < len(self.draft) and pick == self.draft[self.expected]:
             self.expected += 1
             self.accepted += 1
+            if last_row:  # confirmed to its end (the last row even guessed one more right)
+                self.rows, self.span, self.failed_passes = None, 2 * self.span, 0
             return True
         self.cache.truncate(tokens.shape[1] - 1)  # the next step writes the pick's position
-        self.failed_passes = self.failed_passes + 1 if self.row == 0 else 0
-        if self.row < len(self.checking):
+        if self.expected < len(self.draft):
             self.expected = realign(self.draft, self.expected, pick, self.tokenizer)
-        self.rows = None
+        self.failed_passes = self.failed_passes + 1 if self.row == 1 else 0
+        self.rows, self.span = None, PROBE
         return False
