@@ -121,9 +121,8 @@ def test_its_own_tokens_as_draft_are_all_accepted(tiny_model, clip):
     assert drafted.tokens == plain.tokens
     assert drafted.draft_offered == drafted.draft_accepted == len(plain.tokens)
     assert [e.from_draft for e in drafted_events] == [True] * len(plain.tokens) + [False]  # + EOT
-    # the one forward is charged to the first step; the others only filter and pick
-    assert drafted_events[0].latency_ms > max(e.latency_ms for e in drafted_events[1:-1])
-    assert drafted.decode_seconds < plain.decode_seconds
+    assert drafted.draft_passes == 1  # one forward checked them all and predicted the end
+    assert [e.cache_tokens for e in drafted_events][-1] == [e.cache_tokens for e in events][-1]
 
 
 def test_a_garbage_draft_changes_nothing(tiny_model, clip):

@@ -28,9 +28,10 @@ class DecodeOptions:
     word_timestamps: bool = False  # Segment.words: when each word was said (timing.py)
     # Self-speculative decoding for re-decodes of a growing buffer: the tokens (text and
     # timestamps, no specials: DecodeResult.tokens) a previous decode of the same audio start
-    # produced for its first window. That window's greedy decode checks them all in one
-    # forward and keeps them while the model agrees: the tokens are exactly those of a
-    # decode without it. Used by the static cache in greedy decoding; ignored otherwise.
+    # produced for its first window. That window's greedy decode checks many of them per
+    # forward and keeps each one the model itself picks: the tokens are those of a decode
+    # without it (speculative.py). Used by the static cache in greedy decoding; ignored
+    # otherwise (beams, sampling, the hooks and off modes).
     draft_tokens: Optional[Tuple[int, ...]] = None
 
     def __post_init__(self):
