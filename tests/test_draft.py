@@ -2,6 +2,7 @@
 a multi-token forward at any offset, and a static cache that drops rejected positions.
 On the real tiny.en model and real speech."""
 
+import numpy as np
 import pytest
 import torch
 from whisper.audio import N_SAMPLES, log_mel_spectrogram, pad_or_trim
@@ -13,7 +14,7 @@ from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
 from whisper_demo.runner import decoder_runner
 from whisper_demo.speculative import realign, usable_draft
 
-SOT_AND_TEXT = [50257, 50363, 383, 1893, 286, 262, 1578, 1829, 11, 616, 3397]  # tiny.en ids
+SOT_AND_TEXT = [50257, 50363, 383, 1893, 286, 262, 1578, 1829, 11, 616, 3397]  # tiny.en: SOT, <|0.00|>, text
 
 
 @pytest.fixture(scope="module")
@@ -190,3 +191,17 @@ def test_usable_draft_stops_at_a_special_or_an_impossible_id(tok):
     assert usable_draft([ts, 10, tok.eot, 11], tok, 51864) == [ts, 10]
     assert usable_draft([10, 51864, 11], tok, 51864) == [10]
     assert usable_draft([-1, 10], tok, 51864) == []
+    two_windows = [ts, 10, ts + 700, ts + 700, 11, ts + 1400, ts, 12, ts + 100]
+    assert usable_draft(two_windows, tok, 51864) == two_windows[:6]  # the first window's
+
+
+def test_a_long_audio_checks_the_draft_in_its_first_window_only(tiny_model, clip, tok):
+    audio = np.concatenate([clip("speech_25s.wav"), clip("jfk.wav")])  # two windows
+    _, plain = run(tiny_model, audio)
+    _, drafted = run(tiny_model, audio, draft_tokens=tuple(plain.tokens))
+    assert drafted.tokens == plain.tokens
+    stamps = [(i, t) for i, t in enumerate(plain.tokens) if t >= tok.timestamp_begin]
+    second = next(i for (_, before), (i, t) in zip(stamps, stamps[1:]) if t < before)
+    assert drafted.draft_offered == second  # the first window's tokens, not the second's
+    assert drafted.draft_accepted > 0.8 * drafted.draft_offered
+

@@ -38,11 +38,17 @@ LOOKAHEAD = 4
 
 def usable_draft(draft, tokenizer, n_vocab: int) -> List[int]:
     """The draft up to its first token that is neither text nor a timestamp (a stray
-    special would only be rejected; an id past the vocabulary could not be embedded)."""
-    usable = []
+    special would only be rejected; an id past the vocabulary could not be embedded), or
+    that starts a second window: DecodeResult.tokens of a long audio holds every window's
+    tokens, and each window's timestamps start again from <|0.00|>."""
+    usable, latest_time = [], tokenizer.timestamp_begin
     for token in draft:
         if not (0 <= token < tokenizer.eot or tokenizer.timestamp_begin <= token < n_vocab):
             break
+        if token >= tokenizer.timestamp_begin:
+            if token < latest_time:
+                break
+            latest_time = token
         usable.append(int(token))
     return usable
 
