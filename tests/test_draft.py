@@ -141,8 +141,8 @@ def test_a_garbage_draft_changes_nothing(tiny_model, clip):
     assert drafted.tokens == plain.tokens and drafted.draft_offered == 5
 
 
-@pytest.mark.parametrize("options", [dict(cache="hooks"), dict(cache="off"), dict(beam_size=5)],
-                         ids=["hooks", "off", "beam5"])
+@pytest.mark.parametrize("options", [dict(cache="hooks"), dict(cache="off"), dict(beam_size=5),
+                                     dict(precision="int8")], ids=["hooks", "off", "beam5", "int8"])
 def test_the_draft_is_ignored_where_it_does_not_apply(tiny_model, clip, options):
     audio = clip("jfk.wav")[: 6 * SR]
     events, plain = run(tiny_model, audio, **options)
