@@ -285,12 +285,8 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
     sum_logprobs = torch.zeros(n_group, device=audio_features.device)
     sample_begin = task.sample_begin
     verifier = None
-    if (options.cache == "static" and options.precision == "exact" and options.beam_size == 1
-            and temperature == 0 and draft):
-        # Beams and sampling pick differently; other caches cannot drop rejected positions.
-        # int8 quantizes each projection's input with one scale for all its rows, so a row
-        # projected in a pass is not what that step alone computes: measured, 16 of 30
-        # growing-buffer re-decodes then picked other tokens than int8 without a draft.
+    if options.cache == "static" and options.beam_size == 1 and temperature == 0 and draft:
+        # beams and sampling pick differently; other caches cannot drop rejected positions
         verifier = DraftVerifier(usable_draft(draft, tokenizer, model.dims.n_vocab), cache,
                                  audio_features, task.sot_index, tokenizer)
     try:

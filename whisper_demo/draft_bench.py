@@ -1,6 +1,6 @@
 """What a draft saves a live session: re-decodes of a growing buffer, with and without it.
 
-    python -m whisper_demo.draft_bench [--model tiny.en] [--audio clip.wav]
+    python -m whisper_demo.draft_bench [--model tiny.en] [--audio clip.wav] [--precision exact]
                                        [--first 3] [--step 1] [--repeats 3] [--threads 2]
 
 A live session re-decodes its buffer as it grows. Here the buffer grows by --step seconds
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from .decode import transcribe
-from .events import DecodeOptions, DecodeResult
+from .events import PRECISIONS, DecodeOptions, DecodeResult
 
 SAMPLE_RATE = 16000
 
@@ -124,11 +124,13 @@ def main(argv=None):
     parser.add_argument("--step", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precision", choices=PRECISIONS, default="exact")
     parser.add_argument("--json", action="store_true", help="print the rows and summary as JSON")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = load_model(args.model, device="cpu", progress=False)
-    rows = measure_growing(model, load_audio(args.audio), args.first, args.step, args.repeats)
+    rows = measure_growing(model, load_audio(args.audio), args.first, args.step, args.repeats,
+                           DecodeOptions(precision=args.precision))
     if args.json:
         print(json.dumps(dict(rows=[asdict(r) for r in rows], summary=summary(rows)), indent=1))
         return

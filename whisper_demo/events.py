@@ -30,8 +30,8 @@ class DecodeOptions:
     # timestamps, no specials: DecodeResult.tokens) a previous decode of the same audio start
     # produced for its first window. That window's greedy decode checks many of them per
     # forward and keeps each one the model itself picks: the tokens are those of a decode
-    # without it (speculative.py). Used by greedy decoding with the static cache in exact
-    # precision; ignored otherwise (beams, sampling, the hooks and off modes, int8).
+    # without it (speculative.py). Used by greedy decoding with the static cache (exact or
+    # int8); ignored otherwise (beams, sampling, the hooks and off modes).
     draft_tokens: Optional[Tuple[int, ...]] = None
 
     def __post_init__(self):

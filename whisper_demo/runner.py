@@ -102,7 +102,7 @@ class DecoderRunner:
                 for b in self.blocks]
 
     def forward(self, tokens: Tensor, offset: int, self_kv, cross_kv, logit_positions=None,
-                cross_qk: Optional[List[Tensor]] = None) -> Tensor:
+                cross_qk: Optional[List[Tensor]] = None, project: bool = True) -> Tensor:
         """Run `tokens` ([beams, n]) placed at positions offset..offset+n-1.
 
         self_kv: per layer (K, V) buffers [beams, heads, n_ctx or more, head_dim]; the new
@@ -111,7 +111,8 @@ class DecoderRunner:
         cross_qk: a list to receive, per layer, the cross-attention logits (q.k / sqrt(d),
         float32, [1, heads, beams * n, n_audio_ctx]) that word timing reads. Asking for them
         computes that attention explicitly instead of with the fused kernel.
-        Returns float32 logits [beams, n or len(logit_positions), vocab].
+        Returns float32 logits [beams, n or len(logit_positions), vocab]; with project=False
+        the final layer-normed states at those positions instead, for `logits(states)`.
         """
         n_beams, n_new = tokens.shape
         end = offset + n_new
@@ -153,7 +154,12 @@ class DecoderRunner:
 
         if logit_positions is not None:
             x = x[:, logit_positions]
-        return self.project(self.ln(x)).float()
+        return self.logits(self.ln(x)) if project else self.ln(x)
+
+    def logits(self, states: Tensor) -> Tensor:
+        """Float32 logits of layer-normed states. In int8 one activation scale covers every
+        row of a call, so rows projected together are not what each would give alone."""
+        return self.project(states).float()
 
 
 _runners: "weakref.WeakKeyDictionary[Whisper, Dict[str, DecoderRunner]]" = weakref.WeakKeyDictionary()

@@ -19,7 +19,7 @@ changes, adds or drops a word. Without realigning, a draft would help only up to
 segment's end.
 """
 
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -96,7 +96,8 @@ class DraftVerifier:
         self.sot_index = sot_index
         self.tokenizer = tokenizer
         self.expected = 0  # index in self.draft of the token the next step should pick
-        self.rows: Optional[Tensor] = None  # the current pass's logits, while they apply
+        self.rows: Optional[Callable[[int], Tensor]] = None  # the current pass's logits rows
+        self.n_rows = 0
         self.row = 0  # the row of the step about to run
         self.span = len(self.draft)  # draft tokens the next pass checks
         self.accepted = 0
@@ -114,10 +115,10 @@ class DraftVerifier:
             with_draft = torch.cat([tokens, tokens.new_tensor([checking] * tokens.shape[0])], dim=1)
             self.rows, sot_logits = self.cache.draft_logits(
                 with_draft, self.audio_features, self.sot_index, len(checking))
-            self.row = 0
+            self.row, self.n_rows = 0, len(checking) + 1
             self.passes += 1
-            return self.rows[:, 0], sot_logits
-        return self.rows[:, self.row], None
+            return self.rows(0), sot_logits
+        return self.rows(self.row), None
 
     def check(self, tokens: Tensor) -> bool:
         """After a step that used this draft's logits picked tokens[0, -1]: whether the pick
@@ -126,7 +127,7 @@ class DraftVerifier:
         to what the model said."""
         pick = tokens[0, -1].item()
         self.row += 1
-        last_row = self.row == self.rows.shape[1]  # the row after the pass's last draft token
+        last_row = self.row == self.n_rows  # the row after the pass's last draft token
         if self.expected < len(self.draft) and pick == self.draft[self.expected]:
             self.expected += 1
             self.accepted += 1
