@@ -62,6 +62,20 @@ class CacheStrategy(Inference):
         logits = self.logits_at(tokens, audio_features, [sot_index, last] if first else [last])
         return logits[:, -1], (logits[:, 0] if first else None)
 
+    def draft_logits(self, tokens: Tensor, audio_features: Tensor, sot_index: int, n_draft: int):
+        """A step that also checks a draft: `tokens` end with `n_draft` draft tokens, which
+        run with the step's own new token(s) in one forward. Returns (rows, logits at the
+        start-of-transcript token on the first step, else None): rows(j) [beams, vocab] is
+        what the j-th step from here would see if the draft's first j tokens are right, for
+        j in 0..n_draft. The caller truncate()s the cache where the draft turns out wrong."""
+        first = self.steps == 0
+        self.steps += 1
+        n = tokens.shape[1]
+        rows = list(range(n - n_draft - 1, n))
+        logits = self.logits_at(tokens, audio_features, [sot_index, *rows] if first else rows)
+        logits, sot_logits = (logits[:, 1:], logits[:, 0]) if first else (logits, None)
+        return (lambda j: logits[:, j]), sot_logits
+
     def logits_at(self, tokens: Tensor, audio_features: Tensor, positions) -> Tensor:
         raise NotImplementedError
 
@@ -99,14 +113,42 @@ class StaticCache(CacheStrategy):
     def logits(self, tokens: Tensor, audio_features: Tensor) -> Tensor:
         return self.logits_at(tokens, audio_features, range(self.length, tokens.shape[1]))
 
-    def logits_at(self, tokens: Tensor, audio_features: Tensor, positions) -> Tensor:
+    def logits_at(self, tokens: Tensor, audio_features: Tensor, positions, project: bool = True) -> Tensor:
         if self.self_kv is None:
             self._allocate(audio_features)
         offset = self.length
         rows = [p - offset for p in positions]  # rows among the tokens new to the cache
-        logits = self.runner.forward(tokens[:, offset:], offset, self.self_kv, self.cross_kv, rows)
+        logits = self.runner.forward(tokens[:, offset:], offset, self.self_kv, self.cross_kv, rows,
+                                     project=project)
         self.length = tokens.shape[1]
         return logits
+
+    def draft_logits(self, tokens: Tensor, audio_features: Tensor, sot_index: int, n_draft: int):
+        if self.runner.precision == "exact":
+            return super().draft_logits(tokens, audio_features, sot_index, n_draft)
+        # int8 (runner.logits): project each row when its step comes, alone, as that step
+        # would without a draft; the first with the start-of-transcript row, as step_logits.
+        first = self.steps == 0
+        self.steps += 1
+        n = tokens.shape[1]
+        rows = list(range(n - n_draft - 1, n))
+        states = self.logits_at(tokens, audio_features, [sot_index, *rows] if first else rows,
+                                project=False)
+        head = self.runner.logits(states[:, :2] if first else states[:, :1])
+        states = states[:, 1:] if first else states
+
+        def row(j: int) -> Tensor:
+            return head[:, -1] if j == 0 else self.runner.logits(states[:, j : j + 1])[:, 0]
+
+        return row, (head[:, 0] if first else None)
+
+    def truncate(self, length: int):
+        """Keep only the first `length` positions, e.g. after a draft was rejected there.
+        Nothing is cleared: the next forward writes its positions from `length` on, and
+        attention never reads past the positions it has written."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate {self.length} cached positions to {length}")
+        self.length = length
 
     def rearrange_kv_cache(self, source_indices):
         if source_indices != list(range(len(source_indices))):

@@ -26,6 +26,7 @@ from whisper.tokenizer import Tokenizer, get_tokenizer
 
 from .cache import make_cache
 from .events import DecodeOptions, DecodeResult, Segment, TokenEvent
+from .speculative import DraftVerifier, usable_draft
 from .timing import add_word_timestamps
 
 # openai-whisper transcribe()'s defaults for when to retry a window at a higher temperature
@@ -46,6 +47,9 @@ class WindowOutcome:
     silent: bool = False  # judged silent before any token was emitted
     peak_self_cache_bytes: int = 0
     peak_cross_cache_bytes: int = 0
+    draft_offered: int = 0  # draft tokens checked in this attempt
+    draft_accepted: int = 0  # of those, confirmed by the model
+    draft_passes: int = 0  # decoder forwards that checked draft tokens
 
     def compression_ratio(self, tokenizer: Tokenizer) -> float:
         text = tokenizer.decode(self.tokens).encode("utf-8")
@@ -64,6 +68,7 @@ class Step:
     self_cache_bytes: int
     self_cache_reserved_bytes: int
     cross_cache_bytes: int
+    from_draft: bool = False  # a draft token the model confirmed (TokenEvent.from_draft)
 
 
 class _Returning:
@@ -89,6 +94,9 @@ class _Stats:
         self.peak_cross = 0
         self.peak_rss = 0
         self.skipped_windows = 0
+        self.draft_offered = 0
+        self.draft_accepted = 0
+        self.draft_passes = 0
 
 
 def stream_transcribe(
@@ -149,6 +157,8 @@ def stream_transcribe(
             decoding = _Returning(_decode_window(
                 model, audio_features, tokenizer, options, language, temperature,
                 prompt_tokens + all_tokens,
+                # the draft is what an earlier decode of this same audio start said first
+                draft=options.draft_tokens if seek == 0 else None,
             ))
             for decoded in decoding:
                 new_text = tokenizer.decode([t for t in decoded.window_tokens if t < tokenizer.eot])
@@ -167,12 +177,16 @@ def stream_transcribe(
                     cross_cache_bytes=decoded.cross_cache_bytes, rss_bytes=rss,
                     cache_mode=options.cache, beam_size=options.beam_size,
                     is_timestamp=decoded.is_timestamp, restart=attempt > 0 and first_of_attempt,
+                    from_draft=decoded.from_draft,
                 )
                 first_of_attempt = False
                 step += 1
             outcome = decoding.value
             stats.peak_self = max(stats.peak_self, outcome.peak_self_cache_bytes)
             stats.peak_cross = max(stats.peak_cross, outcome.peak_cross_cache_bytes)
+            stats.draft_offered += outcome.draft_offered
+            stats.draft_accepted += outcome.draft_accepted
+            stats.draft_passes += outcome.draft_passes
             if not _needs_fallback(outcome, tokenizer, options):
                 break
             transcript = text_before_window  # the retry replaces this window's text
@@ -222,6 +236,9 @@ def stream_transcribe(
         latencies_ms=stats.latencies_ms,
         skipped_windows=stats.skipped_windows,
         no_speech_prob=no_speech_prob,
+        draft_offered=stats.draft_offered,
+        draft_accepted=stats.draft_accepted,
+        draft_passes=stats.draft_passes,
     )
 
 
@@ -233,11 +250,17 @@ def transcribe(model: Whisper, audio: np.ndarray, options: Optional[DecodeOption
 
 
 def _decode_window(model, audio_features, tokenizer, options, language, temperature,
-                   previous_tokens) -> Generator[Step, None, WindowOutcome]:
+                   previous_tokens, draft=None) -> Generator[Step, None, WindowOutcome]:
     """openai-whisper's DecodingTask._main_loop as a generator over steps.
 
     Yields a Step per decoder step and returns the window's WindowOutcome. The cache is
     released on every way out, including when the consumer closes the generator.
+
+    draft: tokens this window is expected to start with (DecodeOptions.draft_tokens).
+    With greedy decoding and the static cache, the steps take their logits from forwards
+    over the draft (speculative.DraftVerifier) while it agrees with the model, and from
+    their own forward otherwise. Each step still filters its logits and picks its token
+    exactly as below, so the picks are the greedy decode's either way.
     """
     outcome = WindowOutcome()
     beam = options.beam_size > 1 and temperature == 0
@@ -261,11 +284,22 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
     tokens = tokens.repeat_interleave(n_group, dim=0)
     sum_logprobs = torch.zeros(n_group, device=audio_features.device)
     sample_begin = task.sample_begin
+    verifier = None
+    if options.cache == "static" and options.beam_size == 1 and temperature == 0 and draft:
+        # beams and sampling pick differently; other caches cannot drop rejected positions
+        verifier = DraftVerifier(usable_draft(draft, tokenizer, model.dims.n_vocab), cache,
+                                 audio_features, task.sot_index, tokenizer)
     try:
         for i in range(task.sample_len):
             started = time.perf_counter()
             with torch.inference_mode():
-                last_logits, sot_logits = cache.step_logits(tokens, audio_features, task.sot_index)
+                # draft tokens a pass may check: steps left, and positions left in the cache
+                room = min(task.sample_len - i, n_ctx - tokens.shape[1])
+                from_verifier = verifier.logits(tokens, room) if verifier else None
+                if from_verifier:
+                    last_logits, sot_logits = from_verifier
+                else:
+                    last_logits, sot_logits = cache.step_logits(tokens, audio_features, task.sot_index)
                 if i == 0 and tokenizer.no_speech is not None:
                     outcome.no_speech_prob = sot_logits[0].softmax(-1)[tokenizer.no_speech].item()
                     if outcome.no_speech_prob > options.no_speech_threshold:
@@ -275,6 +309,7 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
                 for logit_filter in task.logit_filters:
                     logit_filter.apply(last_logits, tokens)
                 tokens, completed = task.decoder.update(tokens, last_logits, sum_logprobs)
+                from_draft = bool(from_verifier) and verifier.check(tokens)
             latency_ms = (time.perf_counter() - started) * 1000
 
             outcome.peak_self_cache_bytes = max(outcome.peak_self_cache_bytes, cache.self_cache_bytes())
@@ -284,7 +319,7 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
                        latency_ms=latency_ms, window_tokens=_until_eot(best, tokenizer),
                        cache_tokens=cache.cache_tokens(), self_cache_bytes=cache.self_cache_bytes(),
                        self_cache_reserved_bytes=cache.self_cache_reserved_bytes(),
-                       cross_cache_bytes=cache.cross_cache_bytes())
+                       cross_cache_bytes=cache.cross_cache_bytes(), from_draft=from_draft)
             if completed or tokens.shape[-1] > n_ctx:
                 break
 
@@ -298,6 +333,9 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
         outcome.avg_logprob = float(sum_lp[0][chosen]) / (len(outcome.tokens) + 1)
         return outcome
     finally:
+        if verifier:  # also for a window returned as silent
+            outcome.draft_offered, outcome.draft_accepted = verifier.offered, verifier.accepted
+            outcome.draft_passes = verifier.passes
         cache.cleanup_caching()
 
 

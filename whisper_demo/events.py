@@ -5,7 +5,7 @@ whole vocabulary between decode.py and its consumers (ui/, live.py, mic.py, benc
 """
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 CACHE_MODES = ("static", "hooks", "off")
 PRECISIONS = ("exact", "int8")  # int8: the fast mode, see runner.py
@@ -26,6 +26,13 @@ class DecodeOptions:
     silence_rms: float = 1e-3  # a window quieter than this (about -60 dBFS) is not decoded
     max_tokens_per_window: Optional[int] = None  # default: n_text_ctx // 2 as openai-whisper
     word_timestamps: bool = False  # Segment.words: when each word was said (timing.py)
+    # Self-speculative decoding for re-decodes of a growing buffer: the tokens (text and
+    # timestamps, no specials: DecodeResult.tokens) a previous decode of the same audio start
+    # produced for its first window. That window's greedy decode checks many of them per
+    # forward and keeps each one the model itself picks: the tokens are those of a decode
+    # without it (speculative.py). Used by greedy decoding with the static cache (exact or
+    # int8); ignored otherwise (beams, sampling, the hooks and off modes).
+    draft_tokens: Optional[Tuple[int, ...]] = None
 
     def __post_init__(self):
         if self.cache not in CACHE_MODES:
@@ -36,6 +43,9 @@ class DecodeOptions:
             raise ValueError("the hooks mode runs openai-whisper's modules as they are: exact precision only")
         if self.beam_size < 1:
             raise ValueError("beam_size must be at least 1")
+        if self.draft_tokens is not None:
+            # a tuple keeps the options hashable and equal by value, whatever was passed
+            object.__setattr__(self, "draft_tokens", tuple(int(t) for t in self.draft_tokens))
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,11 @@ class TokenEvent:
     beam_size: int
     is_timestamp: bool = False
     restart: bool = False  # True on the first token of a retried window (fallback)
+    # A draft token (DecodeOptions.draft_tokens) that the model confirmed. A forward that
+    # checks a draft (one per pass, speculative.py) is charged to the step that runs it, the
+    # first of the pass (its latency_ms); each later step of the pass carries only its own
+    # filtering and choice (well under 1 ms), so latencies still add up to decoder time.
+    from_draft: bool = False
 
 
 @dataclass
@@ -89,3 +104,6 @@ class DecodeResult:
     latencies_ms: List[float] = field(default_factory=list)
     skipped_windows: int = 0  # windows judged silent (no text produced)
     no_speech_prob: float = 0.0  # of the last window decoded
+    draft_offered: int = 0  # draft tokens checked (0 when there was none, or it was ignored)
+    draft_accepted: int = 0  # of those, how many the model confirmed (TokenEvent.from_draft)
+    draft_passes: int = 0  # decoder forwards that checked draft tokens (speculative.py)

@@ -102,7 +102,7 @@ class DecoderRunner:
                 for b in self.blocks]
 
     def forward(self, tokens: Tensor, offset: int, self_kv, cross_kv, logit_positions=None,
-                cross_qk: Optional[List[Tensor]] = None) -> Tensor:
+                cross_qk: Optional[List[Tensor]] = None, project: bool = True) -> Tensor:
         """Run `tokens` ([beams, n]) placed at positions offset..offset+n-1.
 
         self_kv: per layer (K, V) buffers [beams, heads, n_ctx or more, head_dim]; the new
@@ -111,12 +111,22 @@ class DecoderRunner:
         cross_qk: a list to receive, per layer, the cross-attention logits (q.k / sqrt(d),
         float32, [1, heads, beams * n, n_audio_ctx]) that word timing reads. Asking for them
         computes that attention explicitly instead of with the fused kernel.
-        Returns float32 logits [beams, n or len(logit_positions), vocab].
+        Returns float32 logits [beams, n or len(logit_positions), vocab]; with project=False
+        the final layer-normed states at those positions instead, for `logits(states)`.
         """
         n_beams, n_new = tokens.shape
         end = offset + n_new
         x = F.embedding(tokens, self.token_embedding) + self.positional_embedding[offset:end]
         x = x.to(self.dtype)
+        # Several new tokens must not see each other's future. At offset 0 that is the fused
+        # kernel's is_causal (the prompt prefill, as before: exact mode's numbers unchanged);
+        # at an offset (a draft after cached tokens) is_causal would align the triangle to
+        # the top-left, so new token i gets an explicit mask: every cached position, and the
+        # new ones up to itself. A single new token sees everything: no mask.
+        causal = n_new > 1 and offset == 0
+        mask = None
+        if n_new > 1 and offset > 0:
+            mask = torch.ones(n_new, end, dtype=torch.bool, device=x.device).tril(diagonal=offset)
 
         for b, (k_cache, v_cache), (k_cross, v_cross) in zip(self.blocks, self_kv, cross_kv):
             # self-attention: write this step's K/V in place, attend over everything so far
@@ -125,10 +135,7 @@ class DecoderRunner:
             k_cache[:, :, offset:end] = self._split_heads(b.key(h))
             v_cache[:, :, offset:end] = self._split_heads(b.value(h))
             a = F.scaled_dot_product_attention(
-                q, k_cache[:, :, :end], v_cache[:, :, :end],
-                # a prefill of several tokens is causal; a single new token sees all
-                is_causal=n_new > 1 and offset == 0,
-            )
+                q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, is_causal=causal)
             x = x + b.out(self._merge_heads(a))
 
             # cross-attention: every beam reads the same audio K/V. Beams are stacked as
@@ -147,7 +154,12 @@ class DecoderRunner:
 
         if logit_positions is not None:
             x = x[:, logit_positions]
-        return self.project(self.ln(x)).float()
+        return self.logits(self.ln(x)) if project else self.ln(x)
+
+    def logits(self, states: Tensor) -> Tensor:
+        """Float32 logits of layer-normed states. In int8 one activation scale covers every
+        row of a call, so rows projected together are not what each would give alone."""
+        return self.project(states).float()
 
 
 _runners: "weakref.WeakKeyDictionary[Whisper, Dict[str, DecoderRunner]]" = weakref.WeakKeyDictionary()
