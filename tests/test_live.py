@@ -242,7 +242,7 @@ class Script:
         self.answers = list(answers)
         self.calls = []  # (buffer seconds, prompt)
 
-    def __call__(self, audio, prompt):
+    def __call__(self, audio, prompt, draft=None):
         self.calls.append((audio.size / SR, prompt))
         words = self.answers.pop(0) if self.answers else []
         yield TokenEvent(step=0, window=0, token_id=1, text="", transcript=" ".join(w for w, _, _ in words),
@@ -359,7 +359,7 @@ def test_decode_thread_runs_at_lower_priority():
 
 
 def test_worker_views_are_snapshots_and_errors_are_shown():
-    def broken(audio, prompt):
+    def broken(audio, prompt, draft=None):
         raise RuntimeError("decoder exploded")
         yield  # a generator
 

@@ -48,18 +48,23 @@ from .vad import VoiceDetector
 MAX_TOKENS_PER_SECOND = 10
 MAX_TOKENS_BASE = 20
 
-Decoder = Callable[[np.ndarray, Optional[str]], Iterator[Union[TokenEvent, DecodeResult]]]
+# (audio, prompt, draft) -> TokenEvents, then a DecodeResult with word timestamps. The
+# draft is what the previous decode of the same buffer start and prompt said (its tokens).
+Decoder = Callable[[np.ndarray, Optional[str], Optional[Tuple[int, ...]]],
+                   Iterator[Union[TokenEvent, DecodeResult]]]
 
 
 def model_decoder(model, options: Optional[DecodeOptions] = None) -> Decoder:
-    """The real decoder: stream_transcribe with word timestamps and the given prompt."""
+    """The real decoder: stream_transcribe with word timestamps, the prompt, and the
+    previous hypothesis as a draft that one decoder pass confirms (speculative.py)."""
     options = replace(options or DecodeOptions(), word_timestamps=True, timestamps=True)
 
-    def decode(audio: np.ndarray, prompt: Optional[str]):
+    def decode(audio: np.ndarray, prompt: Optional[str], draft: Optional[Tuple[int, ...]] = None):
         # A loop ("aaaa...") would otherwise run to 224 tokens: seconds of a live decode.
         limit = MAX_TOKENS_BASE + int(MAX_TOKENS_PER_SECOND * audio.size / SAMPLE_RATE)
         return stream_transcribe(model, audio, replace(
-            options, prompt=prompt, max_tokens_per_window=min(limit, model.dims.n_text_ctx // 2)))
+            options, prompt=prompt, draft_tokens=draft,
+            max_tokens_per_window=min(limit, model.dims.n_text_ctx // 2)))
 
     decode.options = options  # what the panel shows (cache mode, beams)
     return decode
@@ -94,6 +99,9 @@ class LiveStats:
     last_first_token_ms: Optional[float]
     last_decode_ms: Optional[float]  # wall time of the last re-decode, encoder included
     last_encoder_ms: Optional[float]  # the encoder's part of it
+    last_tokens: int  # decoder steps of the last re-decode
+    last_from_draft: int  # of them, confirmed from the previous hypothesis (speculative.py)
+    last_draft_passes: int  # the decoder forwards that confirmed them
     audio_seconds: float  # received so far
     buffer_seconds: float  # held for re-decoding
     dropped_seconds: float  # discarded: a decoder too slow for the stream (never silently)
@@ -148,6 +156,9 @@ class LiveSession:
         self._offset = 0  # stream sample of buffer[0]
         self._decoded_to = 0  # stream sample up to which the last re-decode heard
         self._tentative: Tuple[TimedWord, ...] = ()
+        # the previous decode's tokens, with the buffer start and prompt it was made for
+        self._draft: Optional[Tuple[int, Optional[str], Tuple[int, ...]]] = None
+        self._last_result: Optional[DecodeResult] = None
         self._decodes = 0
         self._skipped = 0
         self._first_token_ms: Deque[float] = deque(maxlen=self.config.history)
@@ -243,7 +254,11 @@ class LiveSession:
             first_token_ms_median=percentile(ft, 50), first_token_ms_p95=percentile(ft, 95),
             commit_s_median=percentile(cs, 50), commit_s_p95=percentile(cs, 95),
             last_first_token_ms=self._last_first_token_ms, last_decode_ms=self._last_decode_ms,
-            last_encoder_ms=self._last_encoder_ms, audio_seconds=self.audio_seconds,
+            last_encoder_ms=self._last_encoder_ms,
+            last_tokens=self._last_result.n_tokens if self._last_result else 0,
+            last_from_draft=self._last_result.draft_accepted if self._last_result else 0,
+            last_draft_passes=self._last_result.draft_passes if self._last_result else 0,
+            audio_seconds=self.audio_seconds,
             buffer_seconds=self.buffer_seconds, dropped_seconds=self._dropped / SAMPLE_RATE,
             lost_seconds=self.lost_seconds)
 
@@ -315,7 +330,10 @@ class LiveSession:
         prompt = self._prompt(offset_s)
         started = self.clock()
         first_token_ms, last_event, result = None, None, None
-        decoding = self.decoder(self._buffer, prompt)
+        draft = None
+        if self._draft is not None and self._draft[:2] == (self._offset, prompt):
+            draft = self._draft[2]  # same audio start and prompt: the text so far is known
+        decoding = self.decoder(self._buffer, prompt, draft)
         try:
             for item in decoding:
                 if isinstance(item, TokenEvent):
@@ -332,6 +350,8 @@ class LiveSession:
         self._decoded_to = end
         self._last_decode_ms = (now - started) * 1000
         self._last_encoder_ms = result.encoder_ms if result is not None else None
+        self._last_result = result
+        self._draft = (self._offset, prompt, tuple(result.tokens)) if result is not None else None
         self._last_first_token_ms = first_token_ms
         if first_token_ms is not None:
             self._first_token_ms.append(first_token_ms)

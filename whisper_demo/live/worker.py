@@ -62,8 +62,9 @@ class LiveWorker:
         self.history = history
         self._cond = threading.Condition()
         self._view = LiveView(0, "", "", None, None, None, None, False)
-        # per-token decoder latencies of recent re-decodes, by (cache mode, beams): the chart
-        self._latencies: Dict[Tuple[str, int], Deque[float]] = {}
+        # per-token decoder latencies of recent re-decodes, by (cache mode, beams), each
+        # with whether the token was confirmed from the draft: the chart
+        self._latencies: Dict[Tuple[str, int], Deque[Tuple[float, bool]]] = {}
         self._stop = False
         self._finish_requested = False
         self.done = threading.Event()
@@ -84,7 +85,8 @@ class LiveWorker:
         with self._cond:
             return self._view
 
-    def latency_series(self) -> Dict[Tuple[str, int], List[float]]:
+    def latency_series(self) -> Dict[Tuple[str, int], List[Tuple[float, bool]]]:
+        """(latency ms, confirmed from the draft) per recent token, by (cache mode, beams)."""
         with self._cond:
             return {k: list(v) for k, v in self._latencies.items()}
 
@@ -127,7 +129,7 @@ class LiveWorker:
             view = self._view
             if isinstance(item, TokenEvent):
                 key = (item.cache_mode, item.beam_size)
-                self._latencies.setdefault(key, deque(maxlen=self.history)).append(item.latency_ms)
+                self._latencies.setdefault(key, deque(maxlen=self.history)).append((item.latency_ms, item.from_draft))
                 self._view = LiveView(view.version + 1, committed, tentative, view.update, item,
                                       view.stats, None, False)
             else:

@@ -130,7 +130,10 @@ def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
          + (f" · {order.reordered} chunks arrived out of order, put back" if order and order.reordered else "")),
         ("Re-decodes", str(s.decodes),
          f"{s.skipped} skipped (no new speech)" + (f" · last {ms(s.last_decode_ms)}" if s.last_decode_ms else "")
-         + (f", encoder {ms(s.last_encoder_ms)}" if s.last_encoder_ms else "")),
+         + (f", encoder {ms(s.last_encoder_ms)}" if s.last_encoder_ms else "")
+         + (f" · {s.last_from_draft} of its {s.last_tokens} tokens confirmed from the previous "
+            f"hypothesis in {s.last_draft_passes} pass{'es' if s.last_draft_passes != 1 else ''}"
+            if s.last_from_draft else "")),
     ]
     cells = "".join(
         f'<div class="wk-tile"><div class="wk-label">{html.escape(a)}</div>'
@@ -155,10 +158,9 @@ def render(session: Optional[TabSession], model, note: str = "", chart: bool = T
     if event is None:
         panel_box = panel.panel_html(None, session.model, status=note or "listening…")
     else:
-        latencies = series.get(panel.series_label(event.cache_mode, event.beam_size), [event.latency_ms])
-        decodes = view.stats.decodes if view.stats else 0
-        buffer = view.stats.buffer_seconds if view.stats else 0.0
-        status = note or ("done" if final else f"re-decode #{decodes} · buffer {buffer:.1f} s")
+        pairs = series.get(panel.series_label(event.cache_mode, event.beam_size), [(event.latency_ms, False)])
+        latencies = [ms for ms, _ in pairs]
+        status = note or ("done" if final else _decode_status(view))
         encoder_ms = view.stats.last_encoder_ms if view.stats else None
         panel_box = panel.panel_html(event, session.model, latencies_ms=latencies, status=status,
                                      encoder_ms=encoder_ms)
@@ -169,6 +171,19 @@ def render(session: Optional[TabSession], model, note: str = "", chart: bool = T
         chart_value = gr.skip()
     return (transcript_html(committed, tentative, final=final is not None, note=note),
             stats_html(view, session.order), panel_box, chart_value)
+
+
+def _decode_status(view: LiveView) -> str:
+    """The panel's header line: which re-decode, and what the previous hypothesis saved."""
+    s = view.stats
+    if s is None:
+        return "listening…"
+    line = f"re-decode #{s.decodes} · buffer {s.buffer_seconds:.1f} s"
+    if s.last_from_draft:
+        passes = "one pass" if s.last_draft_passes == 1 else f"{s.last_draft_passes} passes"
+        line += (f" · {s.last_from_draft} tokens confirmed in {passes}, "
+                 f"{s.last_tokens - s.last_from_draft} decoded")
+    return line
 
 
 def changed_only(session: TabSession, outputs, chart_key) -> tuple:

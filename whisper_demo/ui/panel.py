@@ -27,6 +27,7 @@ Item = Union[TokenEvent, DecodeResult]
 
 # One colour per cache mode, used by the chart and the panel's badge alike.
 MODE_COLORS = {"static": "#2563eb", "hooks": "#7c3aed", "off": "#dc2626"}
+DRAFT_COLORS = {"static": "#f59e0b"}  # tokens confirmed from a draft (static greedy only)
 MODE_LABELS = {
     "static": "KV cache: static",
     "hooks": "KV cache: hooks",
@@ -259,16 +260,25 @@ def with_status(panel: str, status: str) -> str:
 # the chart
 
 
-def latency_frame(latencies_by_series: Dict[str, Sequence[float]]) -> pd.DataFrame:
-    """Long-format frame for gr.LinePlot(x="token", y="latency_ms", color="series")."""
+DRAFT_SUFFIX = " · confirmed from the previous hypothesis"
+
+
+def latency_frame(latencies_by_series: Dict[str, Sequence]) -> pd.DataFrame:
+    """Long-format frame for gr.LinePlot(x="token", y="latency_ms", color="series").
+
+    Values are latencies in ms, or (latency ms, from_draft) pairs (the Live tab): tokens a
+    draft pass confirmed get a series of their own, so the chart shows the one costly pass
+    that confirmed them and the near-zero steps after it, beside the tokens decoded one
+    step at a time."""
     frames = []
     for name, values in latencies_by_series.items():
         if len(values) == 0:
             continue
+        pairs = [v if isinstance(v, tuple) else (v, False) for v in values]
         frames.append(pd.DataFrame({
-            "token": np.arange(len(values), dtype=np.int64),
-            "latency_ms": np.asarray(values, dtype=np.float64),
-            "series": name,
+            "token": np.arange(len(pairs), dtype=np.int64),
+            "latency_ms": np.asarray([ms for ms, _ in pairs], dtype=np.float64),
+            "series": [name + DRAFT_SUFFIX if draft else name for _, draft in pairs],
         }))
     if not frames:
         return pd.DataFrame({"token": pd.Series(dtype="int64"),
@@ -282,6 +292,7 @@ def chart_colors() -> Dict[str, str]:
     colors = {}
     for mode, color in MODE_COLORS.items():
         colors[series_label(mode)] = color
+        colors[series_label(mode) + DRAFT_SUFFIX] = DRAFT_COLORS.get(mode, color)
         for beams in range(2, 9):
             colors[series_label(mode, beams)] = color
     return colors
