@@ -273,7 +273,7 @@ def test_scripted_session_commits_agreement_prompts_and_cuts():
         late + [("We", 1.4, 1.6), ("go.", 1.6, 2.0)],
         late + [("We", 1.4, 1.6), ("go.", 1.6, 2.0), ("Now", 3.2, 3.5)],
     )
-    config = LiveConfig(min_new_seconds=0.5, cut_after_seconds=1.2, max_buffer_seconds=25.0)
+    config = LiveConfig(min_new_seconds=0.5, cut_after_seconds=1.2, max_buffer_seconds=25.0, min_vote_seconds=0.0)
     session = LiveSession(script, config, vad=LoudVoice())
     committed = []
     for _ in range(4):

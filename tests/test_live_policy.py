@@ -23,7 +23,7 @@ def hyp(spec: str, start: float = 0.0, end: float = None, segment_ends=()) -> Hy
 
 def run(table, policy=None):
     """Feed each row; return the policy and, per row, the committed text it produced."""
-    policy = policy or AgreementPolicy()
+    policy = policy or AgreementPolicy(min_vote_seconds=0.0)
     out = []
     for spec, speech_end, _ in table:
         decision = policy.update(hyp(spec) if isinstance(spec, str) else spec, speech_end)
@@ -65,7 +65,7 @@ def test_a_word_heard_before_the_committed_end_is_not_committed_again():
 def test_a_repeat_after_a_cut_is_skipped():
     # The buffer was cut at 10.5 s after "for your country."; the next decode hears the
     # tail of "country" again, squeezed into the first instants of the new buffer.
-    policy = AgreementPolicy()
+    policy = AgreementPolicy(min_vote_seconds=0.0)
     policy.committed = [TimedWord("for", 9.7, 9.9), TimedWord("your", 9.9, 10.2),
                         TimedWord("country.", 10.2, 10.5)]
     check([
@@ -101,6 +101,19 @@ def test_a_decoder_that_jumps_ahead_and_comes_back():
         ("one@0-0.3 two@0.3-0.6 three@0.6-0.9 four@0.9-1.2", None, ""),
         ("one@0-0.3 two@0.3-0.6 three@0.6-0.9 four@0.9-1.2 five@1.2-1.5", None, "one two three four"),
     ])
+
+
+def test_a_decode_of_the_first_instants_of_a_buffer_gets_no_vote():
+    # From 1 s and 1.5 s of audio tiny.en heard "But when the" twice; from 2.5 s on,
+    # "The weather today".
+    policy = AgreementPolicy(min_vote_seconds=2.0)
+    out = [policy.update(hyp(spec, 0.0, end), None).committed for spec, end in [
+        ("But@0.1-0.4 when@0.4-0.6 the@0.6-0.7", 1.0),
+        ("But@0.1-0.4 when@0.4-0.6 the@0.6-0.7 day@0.8-1.1", 1.5),
+        ("The@0.1-0.3 weather@0.3-0.7 today@0.7-1.2 is@1.3-1.5", 2.5),
+        ("The@0.1-0.3 weather@0.3-0.7 today@0.7-1.2 is@1.3-1.5 cool@1.5-1.9", 3.0),
+    ]]
+    assert [" ".join(w.text for w in c) for c in out] == ["", "", "", "The weather today is"]
 
 
 def test_misheard_first_words_are_not_committed_by_one_decode():
@@ -148,6 +161,15 @@ def test_short_buffers_are_not_cut():
     assert decision.committed and decision.cut_at is None
 
 
+def test_a_sentence_end_and_the_segment_end_after_it_are_one_cut_point():
+    policy = AgreementPolicy(cut_after_seconds=15.0, min_vote_seconds=0.0)
+    spec = "It@1-1.3 is@1.3-1.5 late.@1.5-2.0 We@3-3.3 go.@3.3-3.6 Now@4-4.3"
+    ends = (2.02, 3.62)  # Whisper's segment ends, a few ms from the words' ends
+    policy.update(hyp(spec, 0.0, 16.0, segment_ends=ends), None)
+    decision = policy.update(hyp(spec + " home@4.3-4.8", 0.0, 16.5, segment_ends=ends), None)
+    assert decision.cut_at == pytest.approx(2.02)  # "late.", not "go."
+
+
 def test_committed_segment_ends_are_cut_points():
     policy = AgreementPolicy(cut_after_seconds=15.0)
     spec = "so@1-1.3 we@1.3-1.5 went@1.5-2.0 and@6-6.3 then@6.3-6.6 it@8-8.2 rained@8.2-8.6"
@@ -171,7 +193,7 @@ def test_a_full_buffer_with_nothing_agreed_commits_its_older_words():
 
 
 def test_finish_commits_the_last_decode():
-    policy = AgreementPolicy()
+    policy = AgreementPolicy(min_vote_seconds=0.0)
     policy.update(hyp("one@0-0.3 two@0.3-0.6"), None)
     decision = policy.finish(hyp("one@0-0.3 two@0.3-0.6 three@0.6-0.9"))
     assert [w.text for w in decision.committed] == ["one", "two", "three"]
@@ -179,7 +201,7 @@ def test_finish_commits_the_last_decode():
 
 
 def test_finish_keeps_the_fuller_hypothesis_when_the_last_one_skips_words():
-    policy = AgreementPolicy()
+    policy = AgreementPolicy(min_vote_seconds=0.0)
     full = "ask@0-0.3 what@0.3-0.6 you@0.6-0.8 can@0.8-1.0 do@1.0-1.2 for@1.2-1.4 your@1.4-1.6 country.@1.6-2.0"
     policy.update(hyp(full), None)
     decision = policy.finish(hyp(full.replace("your@1.4-1.6 ", "")))
@@ -187,13 +209,13 @@ def test_finish_keeps_the_fuller_hypothesis_when_the_last_one_skips_words():
 
 
 def test_finish_without_a_decode_commits_the_tentative_words():
-    policy = AgreementPolicy()
+    policy = AgreementPolicy(min_vote_seconds=0.0)
     policy.update(hyp("one@0-0.3 two@0.3-0.6"), None)
     assert [w.text for w in policy.finish().committed] == ["one", "two"]
 
 
 def test_committed_text_only_grows():
-    policy = AgreementPolicy()
+    policy = AgreementPolicy(min_vote_seconds=0.0)
     seen = []
     rows = ["a@0-0.3 b@0.3-0.6", "a@0-0.3 b@0.3-0.6 c@0.6-0.9", "z@0-0.3 q@0.3-0.6 c@0.6-0.9 d@0.9-1.2",
             "a@0-0.3 b@0.3-0.6 c@0.6-0.9 d@0.9-1.2 e@1.2-1.5"]
@@ -205,7 +227,7 @@ def test_committed_text_only_grows():
 
 
 def test_prompt_words_are_those_before_the_buffer():
-    policy = AgreementPolicy()
+    policy = AgreementPolicy(min_vote_seconds=0.0)
     policy.committed = [TimedWord("a", 0, 1), TimedWord("b", 1, 2), TimedWord("c", 2, 3)]
     assert [w.text for w in policy.committed_before(2.0)] == ["a", "b"]
 
@@ -213,7 +235,7 @@ def test_prompt_words_are_those_before_the_buffer():
 def test_words_at_the_edge_of_the_earlier_audio_wait_for_more():
     # The first decode heard 1.0 s and ended on "am I" (0.76-1.0): guessed without what
     # follows. The second agrees on it, but only "And" had audio after it the first time.
-    policy = AgreementPolicy(right_context_seconds=0.3)
+    policy = AgreementPolicy(right_context_seconds=0.3, min_vote_seconds=0.0)
     first = policy.update(hyp("And@0-0.5 so@0.5-0.76 am@0.76-0.9 I@0.9-1.0", 0.0, 1.0), None)
     second = policy.update(hyp("And@0-0.5 so@0.5-0.76 am@0.76-0.9 I@0.9-1.0 fellow@1.4-1.8", 0.0, 2.0), None)
     assert first.committed == () and [w.text for w in second.committed] == ["And"]
