@@ -241,3 +241,35 @@ def test_words_at_the_edge_of_the_earlier_audio_wait_for_more():
     assert first.committed == () and [w.text for w in second.committed] == ["And"]
     third = policy.update(hyp("so@0.5-0.76 my@0.76-1.0 fellow@1.4-1.8 Americans@1.8-2.3", 0.0, 3.0), None)
     assert [w.text for w in third.committed] == ["so"]  # "am I" never agreed with "my"
+
+
+def test_at_a_pause_a_contradiction_on_a_word_both_decodes_heard_waits_for_one_more():
+    rows = [
+        ("And@0-0.5 so@0.5-0.8 my@0.8-1.1 fellow@1.1-1.5 Americans.@1.5-2.2", None, ""),
+        # the pause decode misheard "my": the previous decode heard it in full (2.7 s of
+        # audio) and said otherwise; "And so" is agreed, the rest waits
+        ("And@0-0.5 so@0.5-0.8 am@0.8-0.95 I@0.95-1.1 fellow@1.1-1.5 Americans.@1.5-2.2", 2.2, "And so"),
+        ("And@0-0.5 so@0.5-0.8 my@0.8-1.1 fellow@1.1-1.5 Americans.@1.5-2.2", 2.2, "my fellow Americans."),
+    ]
+    policy = AgreementPolicy(min_vote_seconds=0.0)
+    out = []
+    for (spec, speech_end, _), end in zip(rows, (2.7, 3.3, 3.9)):
+        out.append(" ".join(w.text for w in policy.update(hyp(spec, 0.0, end), speech_end).committed))
+    assert out == [expected for *_, expected in rows]
+
+
+def test_at_a_pause_a_disagreement_at_the_edge_of_the_earlier_audio_does_not_wait():
+    policy = AgreementPolicy(min_vote_seconds=0.0)
+    policy.update(hyp("See@0-0.3 you@0.3-0.5 to@0.6-0.9", 0.0, 1.0), None)  # "to" cut off
+    decision = policy.update(hyp("See@0-0.3 you@0.3-0.5 tomorrow.@0.6-1.1", 0.0, 1.8), 1.1)
+    assert " ".join(w.text for w in decision.committed) == "See you tomorrow."
+
+
+def test_a_word_heard_again_a_little_later_is_not_committed_twice():
+    # "In the" committed; the next decode places "the" 0.2 s later (timing jitter)
+    policy = AgreementPolicy(min_vote_seconds=0.0)
+    policy.committed = [TimedWord("In", 8.0, 8.2), TimedWord("the", 8.2, 8.4)]
+    check([
+        ("the@8.35-8.6 evening@8.6-9.1", None, ""),
+        ("the@8.35-8.6 evening@8.6-9.1 the@9.2-9.3 sky@9.3-9.6", None, "evening"),
+    ], policy)

@@ -11,8 +11,9 @@ which compares hypotheses by time, not by word index:
    timing's jitter) were already heard and judged: they are dropped from the hypothesis.
 2. If the hypothesis then opens by repeating the last 1-5 committed words, and those words
    take no audio of their own (they end about where the committed text ends), it is the
-   decoder hearing again what a cut left at the buffer's start: they are skipped. A phrase
-   the speaker really says twice takes its own time after the committed one, and is kept.
+   decoder hearing again what it heard before, placed a little later: they are skipped. A
+   phrase the speaker really says twice takes its own time after the committed one, and
+   is kept; a single repeated word is always skipped (its timing cannot tell).
 3. LocalAgreement-2: the longest prefix on which this hypothesis and the previous one agree
    (compared as normalised words) is committed, except words that ended less than
    `right_context_seconds` before the end of the audio the previous decode heard: there
@@ -23,6 +24,9 @@ which compares hypotheses by time, not by word index:
    the whole utterance and the silence after it, as an offline decode does: its words up
    to the end of speech are committed without waiting for a second decode. Words placed
    after the end of speech were heard in silence: they are dropped, never committed.
+   Unless the previous decode heard a word in full and said something else ("my fellow"
+   before the pause, "am I fellow" after it): then the words before it are committed and
+   one more decode settles the rest (the next decode after that commits what it hears).
 5. The buffer may be cut after committed text (the session keeps the audio before a cut
    as context otherwise): past `cut_after_seconds`, at the last but one committed sentence
    end or Whisper segment end (the last committed sentence stays as context); past
@@ -95,6 +99,7 @@ class AgreementPolicy:
     committed: List[TimedWord] = field(default_factory=list)  # the whole session's
     previous: List[TimedWord] = field(default_factory=list)  # last hypothesis, uncommitted part
     _previous_end: float = 0.0  # where the audio of the last hypothesis ended
+    _waited_at_pause: bool = False  # the last end-of-speech decode left a disagreement open
 
     @property
     def committed_end(self) -> float:
@@ -108,21 +113,40 @@ class AgreementPolicy:
         """Take one hypothesis. `speech_end`: where the speaker stopped, if the voice
         detector saw the speech end inside this buffer (and the pause after it)."""
         new = self._new_words(hyp.words)
+        previous_end, self._previous_end = self._previous_end, hyp.buffer_end
         if speech_end is not None:
             heard = [w for w in new if w.start < speech_end]
-            return self._commit(heard, (), hyp, reason="end of speech")
+            contradiction = self._contradiction(heard, previous_end)
+            if contradiction is None or self._waited_at_pause:
+                self._waited_at_pause = False
+                return self._commit(heard, (), hyp, reason="end of speech")
+            # This decode and the previous one both heard a word in full and disagree
+            # on it: commit what they agree on and let one more decode settle the rest.
+            self._waited_at_pause = True
+            return self._commit(heard[:contradiction], heard[contradiction:], hyp,
+                                reason="end of speech; two decodes disagree, one more decides")
+        self._waited_at_pause = False
         agreed = _common_prefix(self.previous, new)
         # A word at the very end of the audio the previous decode heard may have been cut
         # short or guessed without what follows: its agreement does not count yet. Nor
         # does a previous decode of the first instants of a buffer.
-        heard_until = self._previous_end - self.right_context_seconds
-        if self._previous_end - hyp.buffer_start < self.min_vote_seconds:
+        heard_until = previous_end - self.right_context_seconds
+        if previous_end - hyp.buffer_start < self.min_vote_seconds:
             heard_until = float("-inf")
         while agreed and new[agreed - 1].end > heard_until:
             agreed -= 1
-        self._previous_end = hyp.buffer_end
         reason = "two decodes agreed" if agreed else ""
         return self._commit(new[:agreed], new[agreed:], hyp, reason)
+
+    def _contradiction(self, words: List[TimedWord], previous_end: float) -> Optional[int]:
+        """Index of the first of `words` where the previous hypothesis says otherwise about
+        audio it heard in full (right context included); None if they agree there."""
+        agreed = _common_prefix(self.previous, words)
+        if agreed >= min(len(self.previous), len(words)):
+            return None
+        if self.previous[agreed].end > previous_end - self.right_context_seconds:
+            return None  # the previous decode guessed at the edge of its audio
+        return agreed
 
     def finish(self, hyp: Optional[Hypothesis] = None, speech_end: Optional[float] = None) -> Decision:
         """The session ended: commit what the last decode heard, or without one the last
@@ -154,7 +178,12 @@ class AgreementPolicy:
             tail = self.committed[-n:]
             if [w.norm for w in tail] != [w.norm for w in new[:n]]:
                 continue
-            # said again, it would end about one phrase-length after the committed end
+            if n == 1:
+                # One word: word timings jitter by more than a short word lasts, so time
+                # cannot tell; a word said twice in a row ("the the") is a slip Whisper
+                # itself leaves out, while a word heard twice across decodes is common.
+                return 1
+            # said again, a phrase would end about its own length after the committed end
             own_time = (tail[-1].end - tail[0].start) / 2
             if new[n - 1].end < self.committed_end + own_time:
                 return n
