@@ -102,9 +102,9 @@ def test_real_portaudio_reports_no_devices_gracefully():
     text = mic.list_devices_text()
     assert isinstance(text, str) and text
     devices = mic.input_devices()
-    if devices:  # a machine with a microphone: listed with its index
+    if devices:  # a machine with a microphone: listed with its index, and no more to check
         assert str(devices[0]["index"]) in text
-        return
+        pytest.skip("this machine has an input device: the no-device messages cannot be seen")
     assert "No audio input devices" in text and "plug in a microphone" in text
     assert "plug in a microphone" in mic.availability()
     with pytest.raises(mic.MicUnavailable, match="plug in a microphone"):
