@@ -18,21 +18,14 @@ from whisper_demo import decode
 from whisper_demo import runner as runner_module
 from whisper_demo.cache import cross_cache_bytes, self_cache_bytes
 from whisper_demo.decode import stream_transcribe
-from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
+from whisper_demo.events import DecodeOptions, TokenEvent
 from whisper_demo.ui import panel
+from decoding import decode_all
 
 SR = 16000
 
 
-def drain(model, audio, **options):
-    events, result = [], None
-    for item in stream_transcribe(model, audio, DecodeOptions(**options)):
-        if isinstance(item, TokenEvent):
-            events.append(item)
-        else:
-            result = item
-    assert isinstance(result, DecodeResult)
-    return events, result
+drain = decode_all  # tests/decoding.py
 
 
 @pytest.fixture

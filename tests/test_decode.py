@@ -10,21 +10,14 @@ from whisper.audio import N_FRAMES, N_SAMPLES
 
 from whisper_demo.cache import cross_cache_bytes, hook_count, self_cache_bytes
 from whisper_demo.decode import stream_transcribe, transcribe
-from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
+from whisper_demo.events import DecodeOptions, TokenEvent
 from whisper_demo.text import words
+from decoding import decode_all
 
 
 
 
-def run(model, audio, **options):
-    events, result = [], None
-    for item in stream_transcribe(model, audio, DecodeOptions(**options)):
-        if isinstance(item, TokenEvent):
-            events.append(item)
-        else:
-            result = item
-    assert isinstance(result, DecodeResult)
-    return events, result
+run = decode_all  # tests/decoding.py
 
 
 @pytest.fixture(scope="module")

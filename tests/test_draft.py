@@ -9,10 +9,9 @@ from whisper.audio import N_SAMPLES, log_mel_spectrogram, pad_or_trim
 from whisper.tokenizer import get_tokenizer
 
 from whisper_demo.cache import StaticCache
-from whisper_demo.decode import stream_transcribe
-from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
 from whisper_demo.runner import decoder_runner
 from whisper_demo.speculative import realign, usable_draft
+from decoding import decode_all
 
 SOT_AND_TEXT = [50257, 50363, 383, 1893, 286, 262, 1578, 1829, 11, 616, 3397]  # tiny.en: SOT, <|0.00|>, text
 
@@ -76,15 +75,7 @@ def test_truncate_lets_the_next_forward_overwrite_rejected_positions(tiny_model,
 SR = 16000
 
 
-def run(model, audio, **options):
-    events, result = [], None
-    for item in stream_transcribe(model, audio, DecodeOptions(**options)):
-        if isinstance(item, TokenEvent):
-            events.append(item)
-        else:
-            result = item
-    assert isinstance(result, DecodeResult)
-    return events, result
+run = decode_all  # tests/decoding.py
 
 
 def growing(model, audio, first_s=3, step_s=1, **options):
