@@ -95,6 +95,10 @@ def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
     if update.decoded and update.result is not None:
         result.encoder_ms += update.result.encoder_ms
         result.decode_ms += update.result.decode_seconds * 1000
+        confirmed = update.result.draft_accepted
+        result.draft["confirmed"] = result.draft.get("confirmed", 0) + confirmed
+        result.draft["decoded"] = result.draft.get("decoded", 0) + update.result.n_tokens - confirmed
+        result.draft["passes"] = result.draft.get("passes", 0) + update.result.draft_passes
 
 
 def feed_fast(model, options, stream: Stream, chunk_s: float, config: LiveConfig) -> FeedResult:
@@ -204,6 +208,14 @@ def report(model_name: str, stream: Stream, offline_text: str, offline_words, re
             f"{pct(commit, 95):>5.2f} {r.decodes / seconds:>9.2f} {share:>9.0%} {r.wall_seconds:>7.1f}")
     lines.append("fast: commit times in stream seconds (the algorithm's delay, no compute); "
                  "realtime: wall seconds on this machine")
+    for r in results:
+        d = r.draft
+        if r.decodes and d:
+            lines.append(
+                f"{r.feed}: per re-decode, {d['confirmed'] / r.decodes:.1f} tokens confirmed from the "
+                f"previous hypothesis in {d['passes'] / r.decodes:.1f} passes, {d['decoded'] / r.decodes:.1f} "
+                f"decoded step by step; encoder {r.encoder_ms / r.decodes:.0f} ms, decoder "
+                f"{r.decode_ms / r.decodes:.0f} ms")
     return "\n".join(lines)
 
 
