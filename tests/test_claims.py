@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import whisper
 
+from whisper_demo.examples import clip_path
 from whisper_demo import cache as cache_module
 from whisper_demo import decode
 from whisper_demo import runner as runner_module
@@ -51,14 +52,14 @@ def runner_calls(monkeypatch):
     calls = []
     real_forward = runner_module.DecoderRunner.forward
 
-    def forward(self, tokens, offset, self_kv, cross_kv, logit_positions=None):
+    def forward(self, tokens, offset, self_kv, cross_kv, logit_positions=None, **keywords):
         calls.append({
             "offset": offset, "n_tokens": tokens.shape[1], "n_beams": tokens.shape[0],
             "self_refs": [weakref.ref(t) for kv in self_kv for t in kv],
             "cross_refs": [weakref.ref(t) for kv in cross_kv for t in kv],
             "previous_alive": sum(r() is not None for c in calls for r in c["self_refs"] + c["cross_refs"]),
         })
-        return real_forward(self, tokens, offset, self_kv, cross_kv, logit_positions)
+        return real_forward(self, tokens, offset, self_kv, cross_kv, logit_positions, **keywords)
 
     monkeypatch.setattr(runner_module.DecoderRunner, "forward", forward)
     return calls
@@ -207,10 +208,9 @@ def page_app(tiny_model):
 @pytest.mark.parametrize("mode", ["static", "hooks", "off"])
 def test_stop_on_the_page_frees_every_cache_tensor(page_app, tiny_model, made_caches, runner_calls, mode):
     """Stop: Gradio closes the handler's generator (SyncToAsyncIterator.aclose)."""
-    from pathlib import Path
 
     fn = next(f.fn for f in page_app.fns.values() if f.api_name == "transcribe")
-    jfk = str(Path(__file__).parent / "data" / "jfk.wav")
+    jfk = str(clip_path("jfk.wav"))
     gen = fn(jfk, mode != "off", mode if mode != "off" else "static", 1, "auto", True, "tiny.en", None)
     streaming = 0
     for update in gen:

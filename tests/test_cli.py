@@ -13,12 +13,13 @@ import httpx
 import pytest
 
 import app as app_cli
+from whisper_demo.examples import clip_path
 from whisper_demo import cache as cache_module
 from whisper_demo import models
 from whisper_demo.events import TokenEvent
 
 REPO = Path(__file__).resolve().parents[1]
-JFK = REPO / "tests" / "data" / "jfk.wav"
+JFK = clip_path("jfk.wav")
 
 
 @pytest.fixture

@@ -9,13 +9,13 @@ race against decode times.
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
+from whisper_demo.examples import clip_path
 from whisper_demo.ui import Defaults, ModelStore, build_app, launch
 
-SHORT = Path(__file__).parent / "data" / "short_3s.wav"
+SHORT = clip_path("short_3s.wav")
 
 
 @pytest.fixture
