@@ -56,10 +56,22 @@ def handler(app, api_name):
     return next(f.fn for f in app.fns.values() if f.api_name == api_name)
 
 
+def page_controls(app):
+    """The Transcribe tab's controls, found as the page itself wires them: the inputs of
+    its /transcribe event, by label."""
+    event = next(f for f in app.fns.values() if f.api_name == "transcribe")
+    by_label = {getattr(c, "label", None): c for c in event.inputs}
+    names = {"mode": "Cache mode", "cache_on": "KV cache", "beam": "Beam size", "language": "Language",
+             "timestamps": "Timestamps", "model": "Model"}
+    controls = {name: by_label[label] for name, label in names.items()}
+    controls["inputs"] = event.inputs
+    return controls
+
+
 def test_cache_beam_and_precision_flags_set_the_page_and_its_decodes(served, monkeypatch):
     seen = served("--cache", "off", "--beam-size", "3", "--precision", "int8")
     app = seen["app"]
-    controls = app.transcribe_tab.components
+    controls = page_controls(app)
     assert controls["mode"].value == "off" and controls["cache_on"].value is False
     assert controls["beam"].value == 3
 
@@ -73,8 +85,7 @@ def test_cache_beam_and_precision_flags_set_the_page_and_its_decodes(served, mon
 
     monkeypatch.setattr("whisper_demo.decode.make_cache", make_cache)
     # the page's own starting values, as a browser sends them before the user changes any
-    values = [str(JFK)] + [controls[k].value for k in ("cache_on", "mode", "beam", "language",
-                                                       "timestamps", "model")] + [None]
+    values = [str(JFK)] + [c.value for c in controls["inputs"][1:]]
     updates = list(handler(app, "transcribe")(*values))
     assert "ask not" in updates[-1][0].lower()
     assert strategies and {s[:3] for s in strategies} == {("off", 3, "int8")}
@@ -84,7 +95,7 @@ def test_cache_beam_and_precision_flags_set_the_page_and_its_decodes(served, mon
 
 def test_defaults_without_flags_are_static_greedy_exact(served):
     app = served()["app"]
-    controls = app.transcribe_tab.components
+    controls = page_controls(app)
     assert controls["mode"].value == "static" and controls["cache_on"].value is True
     assert controls["beam"].value == 1
     assert app.transcribe_tab.defaults.options.precision == "exact"

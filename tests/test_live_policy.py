@@ -17,7 +17,7 @@ def hyp(spec: str, start: float = 0.0, end: float = None, segment_ends=()) -> Hy
         a, b = times.split("-")
         words.append(TimedWord(text.replace("_", " "), float(a), float(b)))
     if end is None:
-        end = (words[-1].end + 0.5) if words else start
+        end = (words[-1].end + 1.0) if words else start
     return Hypothesis(tuple(words), tuple(segment_ends), start, end)
 
 

@@ -73,7 +73,7 @@ def model_decoder(model, options: Optional[DecodeOptions] = None) -> Decoder:
 @dataclass(frozen=True)
 class LiveConfig:
     min_new_seconds: float = 0.5  # new audio that makes a re-decode worth running
-    right_context_seconds: float = 0.3  # see policy.py, rule 3
+    right_context_seconds: float = 0.6  # see policy.py, rule 3
     min_vote_seconds: float = 2.0  # see policy.py, rule 3
     pause_seconds: float = 0.5  # silence after speech that ends an utterance
     min_speech_seconds: float = 0.2  # voiced audio needed before anything is decoded
