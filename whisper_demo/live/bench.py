@@ -29,7 +29,7 @@ import json
 import random
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -228,6 +228,9 @@ def main(argv=None) -> int:
     parser.add_argument("--chunk", type=float, default=0.1)
     parser.add_argument("--min-seconds", type=float, default=180.0)
     parser.add_argument("--cache", default="static")
+    parser.add_argument("--language", default="en",
+                        help="the stream's language (the dev recordings are English); a multilingual "
+                             "model otherwise detects it per decode, offline from the first window only")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--twice", action="store_true",
                         help="run the fast feed twice and say whether the texts are the same")
@@ -239,8 +242,8 @@ def main(argv=None) -> int:
     model = load_model(args.model, progress=False)
     eval_dir = Path(args.eval_dir)
     stream = build_stream(eval_dir if eval_dir.exists() else None, args.min_seconds)
-    options = DecodeOptions(cache=args.cache)
-    offline = transcribe(model, stream.audio, DecodeOptions(cache=args.cache, word_timestamps=True))
+    options = DecodeOptions(cache=args.cache, language=args.language if model.is_multilingual else None)
+    offline = transcribe(model, stream.audio, replace(options, word_timestamps=True))
     offline_words = [(w.text, w.end) for s in offline.segments for w in s.words]
     config = LiveConfig()
     results = []
