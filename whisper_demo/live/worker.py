@@ -90,11 +90,6 @@ class LiveWorker:
         with self._cond:
             return {k: list(v) for k, v in self._latencies.items()}
 
-    def wait_for_change(self, version: int, timeout: float) -> int:
-        with self._cond:
-            self._cond.wait_for(lambda: self._view.version != version or self.done.is_set(), timeout)
-            return self._view.version
-
     def request_finish(self) -> None:
         with self._cond:
             self._finish_requested = True
