@@ -25,6 +25,7 @@ from whisper.model import Whisper
 from whisper.tokenizer import Tokenizer, get_tokenizer
 
 from .cache import make_cache
+from .encoder import encode, encoder_frames
 from .events import DecodeOptions, DecodeResult, Segment, TokenEvent
 from .speculative import DraftVerifier, usable_draft
 from .timing import add_word_timestamps
@@ -138,7 +139,8 @@ def stream_transcribe(
             all_tokens.clear()
             continue
 
-        mel_window = _window_mel(audio, seek, segment_size, model.dims.n_mels)
+        frames = encoder_frames(segment_size, options.encode_audio_only)
+        mel_window = _window_mel(audio, seek, segment_size, model.dims.n_mels, frames)
         audio_features = _encode(model, mel_window.to(model.device, dtype).unsqueeze(0), stats)
 
         if tokenizer is None:
@@ -378,8 +380,9 @@ def split_segments(tokens, tokenizer, time_offset, segment_size, time_precision,
     return segments, (tokens[last - 1].item() - tokenizer.timestamp_begin) * input_stride
 
 
-def _window_mel(audio: np.ndarray, seek: int, segment_size: int, n_mels: int) -> torch.Tensor:
-    """The log-mel of one 30 s window, [n_mels, N_FRAMES], computed from that window's audio
+def _window_mel(audio: np.ndarray, seek: int, segment_size: int, n_mels: int,
+                frames: int = N_FRAMES) -> torch.Tensor:
+    """The log-mel of one 30 s window, [n_mels, frames], computed from that window's audio
     only, so that memory does not grow with the length of the file (openai-whisper's
     transcribe computes the whole file's log-mel first: ~1.5 GB of STFT per hour). For
     audio up to 30 s this is exactly transcribe's mel."""
@@ -387,13 +390,12 @@ def _window_mel(audio: np.ndarray, seek: int, segment_size: int, n_mels: int) ->
     samples = torch.from_numpy(audio[start : start + N_SAMPLES])
     with torch.inference_mode():
         mel = log_mel_spectrogram(samples, n_mels, padding=N_SAMPLES)
-    return pad_or_trim(mel[:, :segment_size], N_FRAMES)
+    return pad_or_trim(mel[:, :segment_size], frames)
 
 
 def _encode(model, mel_window, stats: _Stats):
     started = time.perf_counter()
-    with torch.inference_mode():
-        audio_features = model.encoder(mel_window)
+    audio_features = encode(model, mel_window)
     stats.encoder_ms += (time.perf_counter() - started) * 1000
     return audio_features
 

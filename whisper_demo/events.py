@@ -25,6 +25,9 @@ class DecodeOptions:
     no_speech_threshold: float = 0.6  # skip a window when P(no speech) is above this
     silence_rms: float = 1e-3  # a window quieter than this (about -60 dBFS) is not decoded
     max_tokens_per_window: Optional[int] = None  # default: n_text_ctx // 2 as openai-whisper
+    # whisper.cpp's audio_ctx: encode only the window's audio (plus a margin, encoder.py)
+    # instead of 30 s with padding. Faster for short audio (a live buffer); not exact.
+    encode_audio_only: bool = False
     word_timestamps: bool = False  # Segment.words: when each word was said (timing.py)
     # Self-speculative decoding for re-decodes of a growing buffer: the tokens (text and
     # timestamps, no specials: DecodeResult.tokens) a previous decode of the same audio start
