@@ -3,8 +3,10 @@
 Everything a user can do here is one of four handlers on `TranscribeTab`, each a plain
 Python callable that tests can call directly:
 
-    transcribe(audio, cache_on, mode, beam, language, timestamps, model_name, previous)
-        -> generator of (transcript, panel_html, chart_frame, compare_html, previous)
+    transcribe(audio, cache_on, mode, beam, language, timestamps, model_name, previous,
+               attention, layer)
+        -> generator of (transcript, panel_html, chart_frame, compare_html, previous,
+                         attention_html, attention_files)
     compare(...same inputs...) -> the same outputs, for cache on then cache off
     load_model(model_name) -> (model status markdown, language dropdown update)
     stopped() -> panel note after Stop
@@ -40,6 +42,7 @@ from ..examples import CLIPS, clip_path
 from ..events import CACHE_MODES, DecodeOptions, DecodeResult, TokenEvent
 from ..options import decode_options
 from ..options import effective_mode  # noqa: F401  (live_tab.py imports it from here)
+from . import attention as attention_view
 from . import panel
 from .controls import link_cache_controls
 from .store import Defaults, ModelStore
@@ -153,12 +156,13 @@ class TranscribeTab:
         except AudioError as exc:
             raise gr.Error(str(exc), title="Can't use this audio") from exc
 
-    def _options(self, model, cache_on, mode, beam, language, timestamps) -> DecodeOptions:
+    def _options(self, model, cache_on, mode, beam, language, timestamps,
+                 attention=False) -> DecodeOptions:
         """The page's choices over the command line's options (options.decode_options)."""
         try:
             return decode_options(self.defaults.options, cache_on=cache_on, mode=mode, beam_size=beam,
                                   language=language, timestamps=bool(timestamps),
-                                  multilingual=model.is_multilingual)
+                                  multilingual=model.is_multilingual, attention=bool(attention))
         except ValueError as exc:  # a combination DecodeOptions refuses
             raise gr.Error(str(exc), title="Options not possible") from exc
 
@@ -183,17 +187,21 @@ class TranscribeTab:
         return frame
 
     def _run(self, model, samples, options, label: str, chart_series: dict, previous,
-             transcript_prefix: str = "", compare_value: str = "",
-             request=None) -> Generator[tuple, None, Tuple[DecodeResult, "panel.RunStats"]]:
+             transcript_prefix: str = "", compare_value: str = "", request=None,
+             view: Optional["attention_view.AttentionView"] = None,
+             ) -> Generator[tuple, None, Tuple[DecodeResult, "panel.RunStats"]]:
         """Stream one decode: yields page tuples, returns (DecodeResult, RunStats), so a
         handler writes `result, stats = yield from self._run(...)` (closing the handler
-        closes this generator, and with it the decoder)."""
+        closes this generator, and with it the decoder). view: the attention view, fed
+        every event when the run asked for its attention."""
         stats = panel.RunStats()
         throttle = Throttle()
         legend: list = []
         chart_series[label] = stats.latencies_ms  # the chart reads the live list
+        waiting = ('<div class="wk-sub">Waiting for the first token…</div>' if view is not None
+                   else "")
         yield (transcript_prefix, panel.panel_html(None, model, status=f"encoding {describe(samples)}…"),
-               self._chart(chart_series, previous, legend), compare_value, gr.skip())
+               self._chart(chart_series, previous, legend), compare_value, gr.skip(), waiting, None)
         result: Optional[DecodeResult] = None
         finished = self._track(request)
         stream = stream_transcribe(model, samples, options)
@@ -201,12 +209,18 @@ class TranscribeTab:
             for item in stream:
                 if isinstance(item, TokenEvent):
                     stats.add(item)
+                    if view is not None:
+                        view.add(item)
                     if throttle.due():
                         yield (transcript_prefix + item.transcript,
-                               panel.panel_html(item, model, latencies_ms=stats.latencies_ms),
-                               self._chart(chart_series, previous, legend), compare_value, gr.skip())
+                               panel.panel_html(item, model, latencies_ms=stats.latencies_ms,
+                                                windows=stats.windows),
+                               self._chart(chart_series, previous, legend), compare_value, gr.skip(),
+                               view.live_html(item) if view is not None else gr.skip(), gr.skip())
                 else:
                     result = item
+                    if view is not None:
+                        view.finish(result)
         except GeneratorExit:
             raise
         except Exception as exc:
@@ -224,44 +238,56 @@ class TranscribeTab:
     # --- handlers -----------------------------------------------------------------------
 
     def transcribe(self, audio, cache_on=True, mode="static", beam=1, language="auto",
-                   timestamps=True, model_name=None, previous=None,
+                   timestamps=True, model_name=None, previous=None, attention=False, layer="all",
                    progress=gr.Progress(track_tqdm=True), request: gr.Request = None):
+        """attention: the "Inside the cache" view is open, so this run computes its
+        attention weights (explicitly, at a cost) and the view draws them; layer: the
+        view's layer choice (attention_view.layer_choices)."""
         model = self._model(model_name, progress)
         samples = self._audio(audio)
-        options = self._options(model, cache_on, mode, beam, language, timestamps)
+        options = self._options(model, cache_on, mode, beam, language, timestamps, attention)
         label = panel.series_label(options.cache, options.beam_size)
         prev = None
         if previous:
             prev = (f"previous: {previous[0]}", previous[1])
         series: dict = {}
-        result, stats = yield from self._run(model, samples, options, label, series, prev, request=request)
+        view = attention_view.AttentionView(model, samples, layer) if options.attention else None
+        result, stats = yield from self._run(model, samples, options, label, series, prev, request=request,
+                                             view=view)
         final_panel = panel.panel_html(result, model, last_event=stats.last_event,
-                                       wall_seconds=stats.wall_seconds)
-        yield (result.text, final_panel, self._chart(series, prev, []), "", (label, list(result.latencies_ms)))
+                                       wall_seconds=stats.wall_seconds, windows=stats.windows)
+        yield (result.text, final_panel, self._chart(series, prev, []), "", (label, list(result.latencies_ms)),
+               *_final_view(view))
 
     def compare(self, audio, cache_on=True, mode="static", beam=1, language="auto",
-                timestamps=True, model_name=None, previous=None,
+                timestamps=True, model_name=None, previous=None, attention=False, layer="all",
                 progress=gr.Progress(track_tqdm=True), request: gr.Request = None):
         """The same audio twice: with the chosen cache (static if the switch is off), then
-        without. Both curves on one chart, both totals, the speedup, identical-tokens badge."""
+        without. Both curves on one chart, both totals, the speedup, identical-tokens badge.
+        With the attention view open, it shows the cached run and how far the uncached
+        run's recomputed weights are from it."""
         model = self._model(model_name, progress)
         samples = self._audio(audio)
-        on = self._options(model, True, mode, beam, language, timestamps)
-        off = self._options(model, False, mode, beam, language, timestamps)
+        on = self._options(model, True, mode, beam, language, timestamps, attention)
+        off = self._options(model, False, mode, beam, language, timestamps, attention)
         series: dict = {}
         results = []
+        views = []
         waiting = '<div class="wk-sub">Comparing: run 1 of 2, with the cache…</div>'
         for i, options in enumerate((on, off)):
             label = panel.series_label(options.cache, options.beam_size)
             note = waiting if i == 0 else '<div class="wk-sub">Comparing: run 2 of 2, without the cache…</div>'
+            views.append(attention_view.AttentionView(model, samples, layer) if options.attention else None)
             results.append((yield from self._run(model, samples, options, label, series, None,
-                                                 compare_value=note, request=request)))
+                                                 compare_value=note, request=request, view=views[-1])))
         (r_on, s_on), (r_off, s_off) = results
         final_panel = panel.panel_html(r_off, model, last_event=s_off.last_event,
-                                       wall_seconds=s_off.wall_seconds,
+                                       wall_seconds=s_off.wall_seconds, windows=s_off.windows,
                                        status="compare done (panel: the uncached run)")
+        note = attention_view.compare_note(views[0].record, views[1].record) if views[0] else ""
         yield (r_on.text, final_panel, self._chart(series, None, []), panel.compare_html(r_on, r_off),
-               (panel.series_label(r_on.cache_mode, r_on.beam_size), list(r_on.latencies_ms)))
+               (panel.series_label(r_on.cache_mode, r_on.beam_size), list(r_on.latencies_ms)),
+               *_final_view(views[0], note))
 
     def load_model(self, model_name, progress=gr.Progress(track_tqdm=True)):
         model = self._model(model_name, progress)
@@ -312,6 +338,10 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
             )
             cache_on = gr.Checkbox(value=opts.cache != "off", label="KV cache", elem_id="kv_toggle",
                                    info="untick: every token recomputes all the tokens before it")
+            attention_on = gr.Checkbox(value=False, label="Inside the cache: what each new token reads",
+                                       elem_id="attn_toggle",
+                                       info="attention over the cache and the audio, drawn as tokens "
+                                            "stream; computed only while this is ticked (slower)")
             with gr.Row():
                 run_btn = gr.Button("Transcribe", variant="primary", elem_id="run_btn", scale=2, min_width=90)
                 compare_btn = gr.Button("Compare", elem_id="compare_btn", scale=2, min_width=90)
@@ -344,6 +374,15 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
             transcript = gr.Textbox(label="Transcript", lines=4, max_lines=12, elem_id="transcript",
                                     interactive=False, buttons=["copy"],
                                     placeholder="Tokens appear here as the decoder chooses them.")
+            # The attention view sits under the transcript: its chips are the tokens above.
+            n_layers = default_model.dims.n_text_layer if default_model is not None else 4
+            with gr.Column(visible=False, elem_id="attn_box") as attn_box:
+                layer = gr.Dropdown(attention_view.layer_choices(n_layers), value="all",
+                                    label="Self-attention layer", elem_id="attn_layer",
+                                    info="mean over heads; applies to the next run")
+                attn_html = gr.HTML("", elem_id="attn_view", js_on_load=attention_view.PLAYER_JS)
+                attn_files = gr.File(label="Download: maps (PNG) and numbers (JSON)", file_count="multiple",
+                                     elem_id="attn_files", interactive=False)
             panel_box = gr.HTML(panel.panel_html(None, default_model) if default_model is not None else "",
                                 elem_id="cache_panel")
             compare_box = gr.HTML("", elem_id="compare_box")
@@ -362,8 +401,8 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
                 "so far (a cost that grows with position).",
     )
 
-    inputs = [audio, cache_on, mode, beam, language, timestamps, model_dd, previous]
-    outputs = [transcript, panel_box, chart, compare_box, previous]
+    inputs = [audio, cache_on, mode, beam, language, timestamps, model_dd, previous, attention_on, layer]
+    outputs = [transcript, panel_box, chart, compare_box, previous, attn_html, attn_files]
     # Every decode shares one concurrency group ("decode"): see ui/__init__.py for the numbers.
     decode_kw = dict(concurrency_id="decode", concurrency_limit=defaults.concurrency,
                      show_progress="minimal")
@@ -385,12 +424,21 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
         tab.stopped, panel_box, panel_box, api_name=False, show_progress="hidden")
 
     link_cache_controls(cache_on, mode)
+    attention_on.change(lambda on: gr.update(visible=bool(on)), attention_on, attn_box, api_name=False,
+                        show_progress="hidden")
     # Switching model loads it once (progress shown on the status line) and keeps it in
     # the shared store; a model that cannot load says why and the old one stays selected.
     status_out = model_status if model_status is not None else gr.Markdown(visible=False)
     model_dd.input(tab.load_model, model_dd, [status_out, language], api_name="load_model",
                    concurrency_id="load", concurrency_limit=1, show_progress="full")
     return tab
+
+
+def _final_view(view: Optional["attention_view.AttentionView"], note: str = "") -> tuple:
+    """(attention HTML, downloads) for a finished run; skips when the view was closed."""
+    if view is None:
+        return gr.skip(), gr.skip()
+    return view.final_html(note), view.files()
 
 
 def _log_end(model, options: DecodeOptions, samples, stats: "panel.RunStats",
