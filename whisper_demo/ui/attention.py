@@ -74,8 +74,11 @@ def _short(label: str) -> str:
     return SHORT.get(label, label)
 
 
-def _blue(alpha: float) -> str:
-    return f"rgba({BLUE[0]},{BLUE[1]},{BLUE[2]},{alpha:.3f})"
+def _blue(share: float) -> str:
+    """Colour for a weight as a share of its row's peak. The square root lifts the small
+    weights off white: the first position (start-of-transcript) often takes most of the
+    weight, and on a linear scale everything else would look alike."""
+    return f"rgba({BLUE[0]},{BLUE[1]},{BLUE[2]},{np.sqrt(max(0.0, min(1.0, share))):.3f})"
 
 
 def envelope(samples: np.ndarray, columns: int = WAVE_COLUMNS) -> np.ndarray:
@@ -127,7 +130,8 @@ class AttentionView:
             f'{att.audio_time:.2f} s{_window_note(event)}</div>',
             _section("Self-attention over the cache",
                      self.chips(att.self_weights, att.positions, labels),
-                     "one chip per cached position; darker = more weight from the newest token's query"),
+                     "one chip per cached position; darker = more weight from the newest token's query "
+                     "(colour: square root of the share of the row's peak; hover for the weights)"),
             _section("Cross-attention over the audio", self.waveform_svg(window, event),
                      "where the alignment heads look (curve) and its peak (cursor); dots: earlier tokens"),
         ]
@@ -150,7 +154,7 @@ class AttentionView:
             if self.layer == "all":
                 rows = "".join(f'<span class="wk-lay" style="background:{_blue(weights[i, p] / peaks[i])}"></span>'
                                for i in range(len(weights)))
-            color = "#fff" if alpha > 0.55 else "inherit"
+            color = "#fff" if alpha > 0.3 else "inherit"
             chips.append(f'<span class="wk-chip" title="{html.escape(title)}">'
                          f'<span class="wk-tok" style="background:{_blue(alpha)};color:{color}">'
                          f'{html.escape(_short(labels[token]))}</span>{rows}</span>')
@@ -238,7 +242,7 @@ class AttentionView:
         labels = self.labels(list(positions) + [e.token_id for e in window.events])
         n_rows, n_cols = matrix.shape
         cell = max(4, min(14, 720 // max(n_cols, 1)))
-        left, top = 110, 90
+        left, top = 110, 100
         width, height = left + n_cols * cell + 4, top + n_rows * cell + 4
         out = []
         for i, row in enumerate(matrix):
