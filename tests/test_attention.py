@@ -6,6 +6,8 @@ scratch at every step. Their weights must agree; the hooks mode (openai-whisper'
 modules) must give the same tokens and beam reorders with the view on.
 """
 
+import json
+
 import numpy as np
 import pytest
 
@@ -137,7 +139,6 @@ def test_long_audio_window_by_window(tiny_model, clip):
 
 
 def test_json_export_holds_tokens_weights_and_times(jfk_static, tiny_model):
-    import json
 
     record, result = jfk_static
     labels = token_labels(tiny_model, [t for e in record.events for t in e.attention.positions])
@@ -155,3 +156,16 @@ def test_default_path_carries_no_attention(tiny_model, clip):
     assert isinstance(events[-1], DecodeResult)
     assert all(e.attention is None for e in events[:-1])
     assert all(not s.words for s in events[-1].segments)
+
+
+def test_bench_reports_the_attention_overhead(tmp_path, capsys):
+    from whisper_demo import bench
+
+    assert bench.main(["--quick", "--no-peers", "--attention", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "bench.json").read_text())
+    by_name = {c["name"]: c for c in report["contenders"]}
+    # the weights are an extra output of the same decode: same tokens
+    assert by_name["static +attention"]["same_tokens"] and by_name["off +attention"]["same_tokens"]
+    overhead = report["ratios"]["attention view overhead (static)"]
+    assert overhead == by_name["static +attention"]["decode_ms"] / by_name["static"]["decode_ms"]
+    assert "attention view overhead (static)" in capsys.readouterr().out
