@@ -223,4 +223,4 @@ def test_inside_the_cache_view(page, shots):
     if refresh:  # on purpose only: the README's picture of this view, beside the main one
         target = (REPO / refresh).with_name("attention.png")
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shots / "e_attention.png", target)
+        shutil.copyfile(shots / "e_attention_view.png", target)

@@ -37,6 +37,11 @@ PLAYER_MAX_SECONDS = 600  # the player embeds the audio in the page: not for hou
 SHORT = {"<|startoftranscript|>": "SOT", "<|startofprev|>": "PREV", "<|endoftext|>": "EOT",
          "<|notimestamps|>": "NO-TS", "<|transcribe|>": "TRANSCRIBE", "<|en|>": "EN"}
 
+# How each cache mode obtains the weights it shows (the same weights, to float rounding).
+HOW = {"static": " Weights: read from the static cache.",
+       "off": " Weights: recomputed from scratch this step (no cache).",
+       "hooks": " Weights: openai-whisper's modules keep none, so an extra uncached pass computes them."}
+
 # Runs in the page once (gr.HTML js_on_load): the final view's player and words. Events are
 # delegated to the view's element, so they keep working when its HTML is replaced.
 PLAYER_JS = """
@@ -127,7 +132,7 @@ class AttentionView:
             f'<div class="wk-attn-head">Step {event.step + 1}: the decoder chose '
             f'<b>{html.escape(repr(_short(labels[event.token_id])))}</b> after reading '
             f'{len(att.positions)} cached positions and the audio around '
-            f'{att.audio_time:.2f} s{_window_note(event)}</div>',
+            f'{att.audio_time:.2f} s{_window_note(event)}{HOW.get(event.cache_mode, "")}</div>',
             _section("Self-attention over the cache",
                      self.chips(att.self_weights, att.positions, labels),
                      "one chip per cached position; darker = more weight from the newest token's query "
