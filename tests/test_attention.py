@@ -167,5 +167,39 @@ def test_bench_reports_the_attention_overhead(tmp_path, capsys):
     # the weights are an extra output of the same decode: same tokens
     assert by_name["static +attention"]["same_tokens"] and by_name["off +attention"]["same_tokens"]
     overhead = report["ratios"]["attention view overhead (static)"]
-    assert overhead == by_name["static +attention"]["decode_ms"] / by_name["static"]["decode_ms"]
+    assert overhead == by_name["static +attention"]["ms_per_token_min"] / by_name["static"]["ms_per_token_min"]
     assert "attention view overhead (static)" in capsys.readouterr().out
+
+
+def _event(step, window, **fields):
+    base = dict(step=step, window=window, token_id=50257, text="", transcript="", latency_ms=10.0 + step,
+                cache_tokens=step + 1, cache_capacity=448, self_cache_bytes=0, self_cache_reserved_bytes=0,
+                cross_cache_bytes=0, rss_bytes=0, cache_mode="static", beam_size=1, audio_seconds=169.0,
+                n_windows=6)
+    return TokenEvent(**{**base, **fields})
+
+
+def test_panel_says_where_a_long_file_is_window_by_window():
+    """Events of two windows of a 2:49 file: the panel names the window and its audio, the
+    encoder time of the window being decoded, the prompt prefilled, and marks the boundary."""
+    from types import SimpleNamespace
+
+    import torch
+    from whisper.model import ModelDimensions
+
+    from whisper_demo.ui import panel
+
+    dims = ModelDimensions(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)
+    model = SimpleNamespace(dims=dims, decoder=SimpleNamespace(token_embedding=SimpleNamespace(weight=torch.zeros(1))))
+    stats = panel.RunStats()
+    for i in range(3):
+        stats.add(_event(i, 0, window_start=0.0, window_end=30.0, prefill_tokens=1, window_encoder_ms=400.0))
+    for i in range(3, 5):
+        stats.add(_event(i, 1, window_start=28.5, window_end=58.5, prompt_tokens=40, prefill_tokens=42,
+                         window_encoder_ms=321.0))
+    html = panel.panel_html(stats.last_event, model, latencies_ms=stats.latencies_ms, windows=stats.windows)
+    assert "decoding window 2 of 6 · 0:28–0:58 of 2:49" in html
+    assert "321 ms" in html and "window 2 of 6" in html  # this window's encoder time, as it happens
+    assert "40 prompt tokens" in html and "2 start tokens" in html
+    assert [w.first_step for w in stats.windows] == [0, 3]
+    assert html.count('stroke-dasharray="3,3"') == 2  # a boundary at each window's first step

@@ -289,13 +289,14 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
     outcome = WindowOutcome()
     beam = options.beam_size > 1 and temperature == 0
     n_ctx = model.dims.n_text_ctx
+    # openai-whisper's transcribe keeps the last n_ctx/2 - 1 tokens of history
+    prompt = previous_tokens[-(n_ctx // 2 - 1):]
     task = DecodingTask(model, DecodingOptions(
         task=options.task, language=language, temperature=temperature,
         beam_size=options.beam_size if beam else None,
         sample_len=options.max_tokens_per_window,
         without_timestamps=not options.timestamps,
-        # openai-whisper's transcribe keeps the last n_ctx/2 - 1 tokens of history
-        prompt=previous_tokens[-(n_ctx // 2 - 1):] or None,
+        prompt=prompt or None,
         fp16=audio_features.dtype == torch.float16,
     ))
     n_group = task.n_group
@@ -310,7 +311,6 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
     sample_begin = task.sample_begin
     verifier = None
     cache.capture_attention = options.attention
-    prompt = previous_tokens[-(n_ctx // 2 - 1):]
     if (options.cache == "static" and options.beam_size == 1 and temperature == 0 and draft
             and not options.attention):  # a draft pass covers several steps: no per-step weights
         # beams and sampling pick differently; other caches cannot drop rejected positions

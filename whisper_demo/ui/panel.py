@@ -259,13 +259,19 @@ def windows_html(windows: List["WindowStats"], latencies_ms: Optional[Sequence[f
         f'<div title="window {w.window + 1}: {fmt_clock(w.start)}–{fmt_clock(w.end)}" '
         f'style="left:{100 * w.start / duration:.2f}%;width:{100 * (w.end - w.start) / duration:.2f}%"'
         f' class="{"wk-win-now" if w is current else "wk-win-done"}"></div>' for w in windows)
+    start = current.prefill - current.prompt
+    if event.cache_mode == "off":
+        cache_text = (f"No cache: every step reruns the {current.prompt} prompt tokens (the text so "
+                      f"far), {start} start tokens and the {max(0, current.steps - 1)} generated so far, "
+                      f"and projects this window's audio to cross-attention K/V again")
+    else:
+        cache_text = (f"Cache refilled: {current.prompt} prompt tokens (the text so far) + {start} start "
+                      f"tokens prefilled in one forward ({fmt_ms(current.prefill_ms)}), then "
+                      f"{max(0, current.steps - 1)} generated one by one; cross-attention K/V "
+                      f"projected again from this window's audio")
     text = (f"<b>Window {current.window + 1} of {event.n_windows}</b> · "
             f"{fmt_clock(current.start)}–{fmt_clock(current.end)} of {fmt_clock(event.audio_seconds)}. "
-            f"Cache refilled: {current.prompt} prompt tokens (the text so far) + "
-            f"{current.prefill - current.prompt} start tokens prefilled in one forward "
-            f"({fmt_ms(current.prefill_ms)}), then {max(0, current.steps - 1)} generated one by one. "
-            f"Cross-attention K/V projected again from this window's audio; "
-            f"encoder {fmt_ms(current.encoder_ms)}.")
+            f"{cache_text}; encoder {fmt_ms(current.encoder_ms)}.")
     return (f'<div class="wk-windows"><div class="wk-sub">{text}</div>'
             f'<div class="wk-audio-bar">{bands}</div>'
             f'{_window_latency_svg(windows, latencies_ms or [])}</div>')
