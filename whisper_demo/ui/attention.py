@@ -33,7 +33,7 @@ BLUE = (37, 99, 235)
 WAVE_COLUMNS = 600  # waveform envelope resolution
 RIBBON_STEPS = 40  # the ribbon shows the last this many reorders
 MAP_MIN_WEIGHT = 0.01  # map cells below this (of the row's peak) are left blank: fewer nodes
-PLAYER_MAX_SECONDS = 600  # the player embeds the audio in the page: not for hours
+PLAYER_MAX_SECONDS = 300  # the player embeds the audio in the page (32 kB/s as base64 WAV)
 SHORT = {"<|startoftranscript|>": "SOT", "<|startofprev|>": "PREV", "<|endoftext|>": "EOT",
          "<|notimestamps|>": "NO-TS", "<|transcribe|>": "TRANSCRIBE", "<|en|>": "EN"}
 
@@ -229,7 +229,7 @@ class AttentionView:
         if self.duration <= PLAYER_MAX_SECONDS:
             player = f'<audio class="wk-play" controls preload="auto" src="{self.wav_data_url()}"></audio>'
         else:
-            player = '<div class="wk-sub">(audio over 10 min: play it in the Audio box above)</div>'
+            player = '<div class="wk-sub">(audio over 5 min: play it in the Audio box)</div>'
         return (f'{player}{self.waveform_svg(None, playhead=True)}'
                 f'<div class="wk-words">{spans or "(no words)"}</div>')
 

@@ -21,8 +21,10 @@ Scripts can call the same handlers through Gradio's API (named endpoints /transc
     client = Client("http://127.0.0.1:7860/")
     text, panel_html, *_ = client.predict(handle_file("talk.wav"), True, "static", 1, "auto",
                                           True, "tiny.en", api_name="/transcribe")
-    # inputs: audio, cache on, mode (static|hooks|off), beam, language, timestamps, model;
-    # panel_html holds the run's numbers ("N decoder steps", cache bytes, latencies).
+    # inputs: audio, cache on, mode (static|hooks|off), beam, language, timestamps, model,
+    # and optionally attention (True: the "Inside the cache" view) and its layer ("all");
+    # panel_html holds the run's numbers ("N decoder steps", cache bytes, latencies); with
+    # attention the outputs end with the view's HTML and its downloads (PNG maps, JSON).
     # Bad audio raises gradio_client's AppError with the same message the page shows.
 """
 
