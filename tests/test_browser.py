@@ -4,12 +4,13 @@
 (b) record from the microphone (Chromium plays jfk.wav as a fake microphone) and stop:
     the recording is transcribed;
 (c) on the 25 s clip, untick "KV cache" and run again: the panel says the cache is off and the chart shows
-    the new run beside the previous one; then Compare shows both curves and the speedup.
+    the new run beside the previous one; then Compare shows both curves and the speedup;
+(e) tick "Inside the cache": the attention view streams, then shows its maps, player and downloads.
 
 A screenshot of the page after each step goes to pytest's tmp folder; nothing in the
 repository is written. To refresh the README's picture on purpose, run this file with
 WHISPER_KV_SCREENSHOT=docs/screenshot.png: the last screenshot (the Compare view) is copied
-there.
+there, and the Inside-the-cache view's picture to docs/attention.png beside it.
 
 Skips only on a machine without /usr/bin/chromium outside CI; in CI (CI=true) a missing
 browser fails, since CI installs it.
