@@ -203,3 +203,8 @@ def test_panel_says_where_a_long_file_is_window_by_window():
     assert "40 prompt tokens" in html and "2 start tokens" in html
     assert [w.first_step for w in stats.windows] == [0, 3]
     assert html.count('stroke-dasharray="3,3"') == 2  # a boundary at each window's first step
+    # the latency chart: a vertical line (0 to the top latency) where window 2 starts
+    marks = panel.window_marks(stats.windows, 50.0)
+    assert marks.to_dict("list") == {"token": [3, 3], "latency_ms": [0.0, 50.0],
+                                     "series": ["window 2 starts"] * 2}
+    assert "window 2 starts" in panel.window_mark_colors()

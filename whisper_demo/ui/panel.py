@@ -362,6 +362,28 @@ def latency_frame(latencies_by_series: Dict[str, Sequence]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+WINDOW_MARK = "window {} starts"
+WINDOW_MARK_COLOR = "#94a3b8"
+MAX_MARKED_WINDOWS = 60  # 30 min of audio; later windows go unmarked (the chart's colours are fixed)
+
+
+def window_marks(windows: Sequence["WindowStats"], top: float) -> pd.DataFrame:
+    """Rows for the latency chart that draw a vertical line (0 to `top` ms) at the first step
+    of each window after the first: where the cache was refilled from the prompt."""
+    first_steps = {}
+    for w in windows:  # a retried window (fallback) keeps the mark of its first attempt
+        first_steps.setdefault(w.window, w.first_step)
+    rows = [(step, y, WINDOW_MARK.format(window + 1)) for window, step in first_steps.items()
+            if 0 < step and window + 1 <= MAX_MARKED_WINDOWS for y in (0.0, top)]
+    return pd.DataFrame({"token": pd.Series([r[0] for r in rows], dtype="int64"),
+                         "latency_ms": pd.Series([r[1] for r in rows], dtype="float64"),
+                         "series": pd.Series([r[2] for r in rows], dtype="object")})
+
+
+def window_mark_colors() -> Dict[str, str]:
+    return {WINDOW_MARK.format(k): WINDOW_MARK_COLOR for k in range(2, MAX_MARKED_WINDOWS + 1)}
+
+
 def chart_colors() -> Dict[str, str]:
     """color_map for the LinePlot: every series label a run can produce."""
     colors = {}

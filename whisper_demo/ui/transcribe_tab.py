@@ -36,6 +36,7 @@ import time
 from typing import Dict, Generator, List, Optional, Set, Tuple
 
 import gradio as gr
+import pandas as pd
 from whisper.tokenizer import LANGUAGES
 
 from ..audio import AudioError, describe, load_audio
@@ -169,12 +170,14 @@ class TranscribeTab:
             raise gr.Error(str(exc), title="Options not possible") from exc
 
     @staticmethod
-    def _chart(series: dict, previous, legend: Optional[list] = None):
+    def _chart(series: dict, previous, legend: Optional[list] = None, windows=()):
         """The chart's next value. Gradio 6.31's LinePlot bakes the colour domain into its
         Vega spec and rebuilds the spec only when a prop such as colors_in_legend changes;
         new series names with the same props draw colourless. So when the set of series
         changes (tracked in `legend`, a per-run list) the update also sets colors_in_legend,
-        which rebuilds the chart with the right colours and legend; otherwise only data."""
+        which rebuilds the chart with the right colours and legend; otherwise only data.
+        windows: the current run's RunStats.windows; each window after the first is marked
+        by a vertical grey line at its first step (panel.window_marks)."""
         data = {}
         if previous:
             data[previous[0]] = previous[1]
@@ -182,7 +185,9 @@ class TranscribeTab:
         frame = panel.latency_frame(data)
         if not len(frame):
             return gr.skip()  # an empty frame would leave the plot colourless (see above)
-        names = [k for k, v in data.items() if len(v)]
+        marks = panel.window_marks(windows, float(frame["latency_ms"].max()))
+        names = [k for k, v in data.items() if len(v)] + list(dict.fromkeys(marks["series"]))
+        frame = pd.concat([frame, marks], ignore_index=True) if len(marks) else frame
         if legend is not None and names != legend:
             legend[:] = names
             return gr.update(value=frame, colors_in_legend=names)
@@ -203,7 +208,8 @@ class TranscribeTab:
         waiting = ('<div class="wk-sub">Waiting for the first token…</div>' if view is not None
                    else "")
         yield (transcript_prefix, panel.panel_html(None, model, status=f"encoding {describe(samples)}…"),
-               self._chart(chart_series, previous, legend), compare_value, gr.skip(), waiting, None)
+               self._chart(chart_series, previous, legend, stats.windows), compare_value, gr.skip(),
+               waiting, None)
         result: Optional[DecodeResult] = None
         finished = self._track(request)
         stream = stream_transcribe(model, samples, options)
@@ -217,7 +223,8 @@ class TranscribeTab:
                         yield (transcript_prefix + item.transcript,
                                panel.panel_html(item, model, latencies_ms=stats.latencies_ms,
                                                 windows=stats.windows),
-                               self._chart(chart_series, previous, legend), compare_value, gr.skip(),
+                               self._chart(chart_series, previous, legend, stats.windows), compare_value,
+                               gr.skip(),
                                view.live_html(item) if view is not None else gr.skip(), gr.skip())
                 else:
                     result = item
@@ -258,7 +265,8 @@ class TranscribeTab:
                                              view=view)
         final_panel = panel.panel_html(result, model, last_event=stats.last_event,
                                        wall_seconds=stats.wall_seconds, windows=stats.windows)
-        yield (result.text, final_panel, self._chart(series, prev, []), "", (label, list(result.latencies_ms)),
+        yield (result.text, final_panel, self._chart(series, prev, [], stats.windows), "",
+               (label, list(result.latencies_ms)),
                *_final_view(view))
 
     def compare(self, audio, cache_on=True, mode="static", beam=1, language="auto",
@@ -287,7 +295,7 @@ class TranscribeTab:
                                        wall_seconds=s_off.wall_seconds, windows=s_off.windows,
                                        status="compare done (panel: the uncached run)")
         note = attention_view.compare_note(views[0].record, views[1].record) if views[0] else ""
-        yield (r_on.text, final_panel, self._chart(series, None, []), panel.compare_html(r_on, r_off),
+        yield (r_on.text, final_panel, self._chart(series, None, [], s_on.windows), panel.compare_html(r_on, r_off),
                (panel.series_label(r_on.cache_mode, r_on.beam_size), list(r_on.latencies_ms)),
                *_final_view(views[0], note))
 
@@ -393,7 +401,8 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
         # None, not an empty frame: a plot first drawn from an empty frame draws
         # later lines without colour (Gradio 6.31)
         None, x="token", y="latency_ms", color="series", y_lim=[0, None],
-        color_map={**panel.chart_colors(), **_previous_colors()}, color_title="run",
+        color_map={**panel.chart_colors(), **_previous_colors(), **panel.window_mark_colors()},
+        color_title="run",
         title="Per-token decoder latency", x_title="token position (decoder step)",
         y_title="latency (ms)", elem_id="latency_chart",
         tooltip=["token", "latency_ms", "series"], label="Latency",
