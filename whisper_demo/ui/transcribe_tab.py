@@ -31,8 +31,11 @@ Scripts can call the same handlers through Gradio's API (named endpoints /transc
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Dict, Generator, List, Optional, Set, Tuple
 
 import gradio as gr
@@ -267,7 +270,7 @@ class TranscribeTab:
                                        wall_seconds=stats.wall_seconds, windows=stats.windows)
         yield (result.text, final_panel, self._chart(series, prev, [], stats.windows), "",
                (label, list(result.latencies_ms)),
-               *_final_view(view))
+               *_final_view(view, request=request))
 
     def compare(self, audio, cache_on=True, mode="static", beam=1, language="auto",
                 timestamps=True, model_name=None, previous=None, attention=False, layer="all",
@@ -297,7 +300,7 @@ class TranscribeTab:
         note = attention_view.compare_note(views[0].record, views[1].record) if views[0] else ""
         yield (r_on.text, final_panel, self._chart(series, None, [], s_on.windows), panel.compare_html(r_on, r_off),
                (panel.series_label(r_on.cache_mode, r_on.beam_size), list(r_on.latencies_ms)),
-               *_final_view(views[0], note))
+               *_final_view(views[0], note, request))
 
     def load_model(self, model_name, progress=gr.Progress(track_tqdm=True)):
         model = self._model(model_name, progress)
@@ -445,11 +448,19 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
     return tab
 
 
-def _final_view(view: Optional["attention_view.AttentionView"], note: str = "") -> tuple:
-    """(attention HTML, downloads) for a finished run; skips when the view was closed."""
+def _final_view(view: Optional["attention_view.AttentionView"], note: str = "", request=None) -> tuple:
+    """(attention HTML, downloads) for a finished run; skips when the view was closed.
+    The downloads go to one folder per browser session, replaced by its next run (Gradio
+    serves its own copies), so a long-running server does not pile them up."""
     if view is None:
         return gr.skip(), gr.skip()
-    return view.final_html(note), view.files()
+    session = getattr(request, "session_hash", None)
+    folder = None
+    if session and session.isalnum():
+        folder = Path(tempfile.gettempdir()) / "whisper-kv-attention" / session
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+    return view.final_html(note), view.files(folder)
 
 
 def _log_end(model, options: DecodeOptions, samples, stats: "panel.RunStats",
