@@ -76,9 +76,10 @@ class Summary:
 
 # --- contenders -------------------------------------------------------------------------
 
-def ours(model, audio, mode: str, beam_size: int, precision: str = "exact") -> Callable[[], Run]:
+def ours(model, audio, mode: str, beam_size: int, precision: str = "exact",
+         attention: bool = False) -> Callable[[], Run]:
     options = DecodeOptions(cache=mode, beam_size=beam_size, timestamps=False, precision=precision,
-                            no_speech_threshold=1.0, silence_rms=0.0)
+                            no_speech_threshold=1.0, silence_rms=0.0, attention=attention)
 
     def run() -> Run:
         result = transcribe(model, audio, options)
@@ -281,6 +282,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few tokens, one repeat (for tests)")
     parser.add_argument("--out", default="bench-out", help="folder for bench.json and bench.png")
     parser.add_argument("--no-peers", action="store_true", help="only our three cache modes")
+    parser.add_argument("--attention", action="store_true",
+                        help="also static and off with DecodeOptions.attention (the attention view's cost)")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -295,6 +298,9 @@ def main(argv=None) -> int:
     contenders = {mode: ours(model, audio, mode, args.beam_size) for mode in ("static", "hooks", "off")}
     if model.device.type == "cpu":
         contenders["static int8"] = ours(model, audio, "static", args.beam_size, precision="int8")
+    if args.attention:  # the "Inside the cache" view: explicit attention, weights kept per step
+        for mode in ("static", "off"):
+            contenders[f"{mode} +attention"] = ours(model, audio, mode, args.beam_size, attention=True)
     if not args.no_peers:
         contenders["whisper.decode"] = openai_decode(model, mel, args.beam_size)
         contenders.update(ctranslate2_contenders(model, args.model, mel, args.beam_size, args.threads))
@@ -309,6 +315,12 @@ def main(argv=None) -> int:
           f"{args.repeats} repeats, {machine}, {time.strftime('%Y-%m-%d')}")
     print_table(summaries)
     found = ratios(summaries)
+    by_name = {s.name: s for s in summaries}
+    for mode in ("static", "off"):
+        if f"{mode} +attention" in by_name:  # measured in this run, interleaved with the rest
+            # the cheapest repeat of each: the least disturbed by other work on the machine
+            found[f"attention view overhead ({mode})"] = (
+                by_name[f"{mode} +attention"].ms_per_token_min / by_name[mode].ms_per_token_min)
     for key, value in found.items():
         print(f"{key:<40}{value:6.2f}")
 
