@@ -13,6 +13,15 @@ Precision:
   reads a quarter of that. The 32 small linears of the blocks stay float32: measured here,
   quantizing the activations on each of their calls cost more than their smaller weights
   saved. Transcripts may differ slightly from the exact mode's (the benchmark reports WER).
+
+Decoder steps (1-8 rows) on a float32 CPU model go through kernels.PackedLinear when the
+kernels build (a C++ compiler is there): in the exact mode every decoder matrix is kept as
+float16, which holds Whisper's float16-valued weights exactly in half the bytes; in the
+int8 mode the block linears are int8 weight-only (one scale per output) and the vocabulary
+keeps fbgemm's dynamic int8, the fastest here at 1-5 rows. Query, key and value are one
+matmul per layer. Forwards of more rows (a prompt, a draft) keep PyTorch's float32 matmul
+on the model's own weights in the exact mode. Without the kernels, PyTorch's matmuls as
+before. What each measured is in the README ("What we tried").
 """
 
 import math
@@ -26,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from whisper.model import Whisper
 
+from . import kernels
 from .events import PRECISIONS
 
 Linear = Callable[[Tensor], Tensor]
@@ -48,16 +58,46 @@ def int8_linear(weight: Tensor) -> Linear:
     return quantized
 
 
-class BlockWeights:
-    """The maps of one decoder block, as functions of a tensor."""
+# Rows up to which a forward's float32 linears use the packed kernels in the exact mode;
+# more rows (a prompt, a draft) are a real matrix product, where MKL's float32 wins.
+PACKED_MAX_ROWS = 8
 
-    def __init__(self, block):
+
+def step_linear(weight: Tensor, bias: Optional[Tensor], kind: Optional[str]) -> Linear:
+    """x -> x @ weight.T + bias: packed (kind "f16" or "i8") for the few rows of a step,
+    PyTorch's F.linear otherwise (kind None, or many rows in "f16")."""
+    if kind is None:
+        return lambda x: F.linear(x, weight, bias)
+    packed = kernels.PackedLinear(weight, bias, kind)
+    if kind == "i8":  # int8 always packed: a row gives the same numbers in any batch
+        return packed
+
+    def apply(x: Tensor) -> Tensor:
+        if x.numel() <= PACKED_MAX_ROWS * x.shape[-1]:
+            return packed(x)
+        return F.linear(x, weight, bias)
+    return apply
+
+
+class BlockWeights:
+    """The maps of one decoder block, as functions of a tensor. `kind`: None (PyTorch's
+    float32 matmuls), "f16" or "i8" (kernels.PackedLinear for the few rows of a step)."""
+
+    def __init__(self, block, kind: Optional[str] = None):
         attn, cross = block.attn, block.cross_attn
         self.query, self.key, self.value, self.out = map(linear, (attn.query, attn.key, attn.value, attn.out))
         self.cross_query, self.cross_out = linear(cross.query), linear(cross.out)
         self.cross_key, self.cross_value = linear(cross.key), linear(cross.value)
         self.mlp_in, self.mlp_out = linear(block.mlp[0]), linear(block.mlp[2])
         self.attn_ln, self.cross_attn_ln, self.mlp_ln = block.attn_ln, block.cross_attn_ln, block.mlp_ln
+        # query, key and value as one matmul (key has no bias in Whisper: zeros there)
+        qkv_weight = torch.cat([attn.query.weight, attn.key.weight, attn.value.weight]).detach()
+        qkv_bias = torch.cat([attn.query.bias, torch.zeros_like(attn.query.bias), attn.value.bias]).detach()
+        self.qkv = step_linear(qkv_weight, qkv_bias, kind)
+        if kind is not None:
+            self.out, self.cross_query, self.cross_out, self.mlp_in, self.mlp_out = (
+                step_linear(layer.weight.detach(), layer.bias.detach(), kind)
+                for layer in (attn.out, cross.query, cross.out, block.mlp[0], block.mlp[2]))
 
 
 class DecoderRunner:
@@ -73,10 +113,17 @@ class DecoderRunner:
         self.d_model = model.dims.n_text_state
         self.token_embedding = decoder.token_embedding.weight
         self.positional_embedding = decoder.positional_embedding
-        self.blocks = [BlockWeights(block) for block in decoder.blocks]
+        packed = (model.device.type == "cpu" and self.token_embedding.dtype == torch.float32
+                  and kernels.available())
+        self.kind = ("i8" if precision == "int8" else "f16") if packed else None
+        self.blocks = [BlockWeights(block, self.kind) for block in decoder.blocks]
         self.ln = decoder.ln
         if precision == "int8":
             self.project = int8_linear(self.token_embedding)
+        elif packed:
+            # float16 holds the tied embedding exactly: 40 MB a step instead of 80 (tiny.en),
+            # any number of rows (8 at a time), no float32 copy kept
+            self.project = kernels.PackedLinear(self.token_embedding, None, "f16")
         else:
             # The output projection is tied to the embedding ([vocab, d]). `x @ W.T` walks W
             # against its layout; a contiguous [d, vocab] copy makes this, the largest matmul
@@ -131,9 +178,10 @@ class DecoderRunner:
         for b, (k_cache, v_cache), (k_cross, v_cross) in zip(self.blocks, self_kv, cross_kv):
             # self-attention: write this step's K/V in place, attend over everything so far
             h = b.attn_ln(x)
-            q = self._split_heads(b.query(h))
-            k_cache[:, :, offset:end] = self._split_heads(b.key(h))
-            v_cache[:, :, offset:end] = self._split_heads(b.value(h))
+            q, k, v = b.qkv(h).split(self.d_model, dim=-1)
+            q = self._split_heads(q)
+            k_cache[:, :, offset:end] = self._split_heads(k)
+            v_cache[:, :, offset:end] = self._split_heads(v)
             a = F.scaled_dot_product_attention(
                 q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, is_causal=causal)
             x = x + b.out(self._merge_heads(a))
