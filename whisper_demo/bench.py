@@ -112,9 +112,11 @@ def ours(model, audio, mode: str, beam_size: int, precision: str = "exact") -> C
 
 def openai_decode(model, mel, beam_size: int) -> Callable[[], Run]:
     """whisper.decode itself, timed per step by wrapping its Inference.logits."""
+    fp16 = model.decoder.token_embedding.weight.dtype == torch.float16  # on CUDA (models.py)
     options = whisper.DecodingOptions(language="en" if not model.is_multilingual else None,
-                                      without_timestamps=True, fp16=False,
+                                      without_timestamps=True, fp16=fp16,
                                       beam_size=beam_size if beam_size > 1 else None)
+    mel = mel.to(model.device, torch.float16 if fp16 else torch.float32)
 
     def run() -> Run:
         task = whisper.decoding.DecodingTask(model, options)
@@ -158,7 +160,7 @@ def ctranslate2_model_dir(model_name: str) -> str:
 
 
 def ctranslate2_contenders(model_name: str, mel, beam_size: int, threads: int, audio_features=None,
-                           compute_types=("float32", "int8")) -> Dict[str, Callable[[], Run]]:
+                           compute_types=("float32", "int8"), device: str = "cpu") -> Dict[str, Callable[[], Run]]:
     """CTranslate2 (faster-whisper's engine) on the very same bundled model.bin. Its decoder
     gets `audio_features` (our encoder's output, [1, 1500, d]) when given, so that the
     decoders compare on the same input; its own encoder is run and timed on the log-mel."""
@@ -179,7 +181,7 @@ def ctranslate2_contenders(model_name: str, mel, beam_size: int, threads: int, a
             np.ascontiguousarray(audio_features.float().cpu().numpy()))
     contenders = {}
     for compute_type in compute_types:
-        engine = ctranslate2.models.Whisper(model_dir, device="cpu", compute_type=compute_type,
+        engine = ctranslate2.models.Whisper(model_dir, device=device.split(":")[0], compute_type=compute_type,
                                             intra_threads=threads)
         tokenizer = whisper.tokenizer.get_tokenizer(
             engine.is_multilingual, num_languages=engine.num_languages, language="en")
@@ -314,7 +316,8 @@ def rss_alone(name: str, args) -> Optional[int]:
     """Peak RSS of a fresh process that loads only what contender `name` needs and decodes
     the clip once with it (python, torch and the audio included, as for any user)."""
     command = [sys.executable, "-m", "whisper_demo.bench", "--rss-of", name, "--model", args.model,
-               "--audio", args.audio, "--beam-size", str(args.beam_size), "--threads", str(args.threads)]
+               "--audio", args.audio, "--beam-size", str(args.beam_size), "--threads", str(args.threads),
+               "--device", args.device]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True)
         return int(done.stdout.strip().splitlines()[-1])
@@ -331,7 +334,7 @@ def make_contenders(names, args, audio, mel, model=None) -> Dict[str, Callable[[
     """The contenders in `names`; `model` (ours, whisper.decode) is loaded when needed."""
     needs_model = any(not n.startswith("ctranslate2") for n in names)
     if model is None and needs_model:
-        model = load_model(args.model, device="cpu", progress=False)
+        model = load_model(args.model, device=args.device, progress=False)
     contenders = {}
     for name in names:
         if name in ("static", "hooks", "off"):
@@ -345,9 +348,9 @@ def make_contenders(names, args, audio, mel, model=None) -> Dict[str, Callable[[
         features = None
         if model is not None:
             with torch.inference_mode():
-                features = model.encoder(mel.unsqueeze(0).to(model.device))
+                features = model.encoder(mel.unsqueeze(0).to(model.device, model.decoder.token_embedding.weight.dtype))
         contenders.update(ctranslate2_contenders(args.model, mel, args.beam_size, args.threads,
-                                                 features, tuple(ct2)))
+                                                 features, tuple(ct2), args.device))
     return {n: contenders[n] for n in names if n in contenders}
 
 
@@ -381,6 +384,7 @@ def main(argv=None) -> int:
     parser.add_argument("--beam-size", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (scripts/gpu-check); int8 runs on the CPU only")
     parser.add_argument("--quick", action="store_true", help="a few tokens, one repeat (for tests)")
     parser.add_argument("--out", default="bench-out", help="folder for bench.json and bench.png")
     parser.add_argument("--no-peers", action="store_true", help="only our own contenders")
@@ -401,6 +405,8 @@ def main(argv=None) -> int:
     n_mels = 128 if args.model.startswith("large-v3") else 80
     mel = whisper.log_mel_spectrogram(torch.from_numpy(audio), n_mels, padding=N_SAMPLES)
     mel = whisper.pad_or_trim(mel[:, : mel.shape[-1] - N_FRAMES], N_FRAMES)
+    if args.eval_dev and args.device != "cpu":
+        parser.error("--eval-dev compares with the int8 mode, which runs on the CPU only")
     if args.rss_of:
         run = make_contenders([args.rss_of], args, audio, mel)[args.rss_of]
         with torch.inference_mode():
@@ -408,7 +414,7 @@ def main(argv=None) -> int:
         print(_peak_rss_bytes())
         return 0
 
-    model = load_model(args.model, device="cpu", progress=True)
+    model = load_model(args.model, device=args.device, progress=True)
     names = [n.strip() for n in args.contenders.split(",") if n.strip()]
     unknown = set(names) - set(CONTENDERS)
     if unknown:
