@@ -327,7 +327,15 @@ def rss_alone(name: str, args) -> Optional[int]:
 
 
 def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    """This process's peak RSS. VmHWM, not getrusage's ru_maxrss: Linux keeps ru_maxrss
+    across exec, so a child started from a big parent would report the parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def make_contenders(names, args, audio, mel, model=None) -> Dict[str, Callable[[], Run]]:

@@ -97,6 +97,11 @@ def panel_width() -> int:
     return library().panel_width()
 
 
+# Matrices smaller than this run on one thread: waking a second thread for a few hundred
+# KB costs more than it saves, and far more when another process holds the other core.
+PARALLEL_MIN_BYTES = 4 << 20
+
+
 class PackedLinear:
     """y = x @ W.T * scale + bias for a torch Linear's weight W [out, in], with W stored
     packed as float16 ("f16": exact for float16-valued weights) or int8 ("i8": symmetric,
@@ -126,6 +131,7 @@ class PackedLinear:
         # [panels, width, in] -> [panels, in, width]: each k of a panel is contiguous
         self.packed = padded.view(panels, width, self.n_in).transpose(1, 2).contiguous()
         self.bias = None if bias is None else bias.detach().float().cpu().contiguous()
+        self.parallel = self.packed.nbytes >= PARALLEL_MIN_BYTES
 
     @property
     def nbytes(self) -> int:
@@ -142,5 +148,5 @@ class PackedLinear:
         self._fn(x2.data_ptr(), rows, x2.stride(0), self.packed.data_ptr(), self.n_in, self.n_out,
                  None if self.scale is None else self.scale.data_ptr(),
                  None if self.bias is None else self.bias.data_ptr(),
-                 out.data_ptr(), out.stride(0), torch.get_num_threads())
+                 out.data_ptr(), out.stride(0), torch.get_num_threads() if self.parallel else 1)
         return out.view(*lead, self.n_out)
