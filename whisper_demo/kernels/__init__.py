@@ -132,6 +132,12 @@ class PackedLinear:
         self.packed = padded.view(panels, width, self.n_in).transpose(1, 2).contiguous()
         self.bias = None if bias is None else bias.detach().float().cpu().contiguous()
         self.parallel = self.packed.nbytes >= PARALLEL_MIN_BYTES
+        self.threads: Optional[int] = None  # None: torch.get_num_threads() when parallel
+
+    def _threads(self) -> int:
+        if not self.parallel:
+            return 1
+        return self.threads or torch.get_num_threads()
 
     @property
     def nbytes(self) -> int:
@@ -148,5 +154,5 @@ class PackedLinear:
         self._fn(x2.data_ptr(), rows, x2.stride(0), self.packed.data_ptr(), self.n_in, self.n_out,
                  None if self.scale is None else self.scale.data_ptr(),
                  None if self.bias is None else self.bias.data_ptr(),
-                 out.data_ptr(), out.stride(0), torch.get_num_threads() if self.parallel else 1)
+                 out.data_ptr(), out.stride(0), self._threads())
         return out.view(*lead, self.n_out)
