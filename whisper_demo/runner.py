@@ -143,10 +143,16 @@ class DecoderRunner:
         return x.transpose(1, 2).flatten(start_dim=2)
 
     def cross_keys_values(self, audio_features: Tensor) -> List[Tuple[Tensor, Tensor]]:
-        """Project the encoder output once per window: per layer (K, V), head-split."""
-        return [(self._split_heads(b.cross_key(audio_features)).contiguous(),
-                 self._split_heads(b.cross_value(audio_features)).contiguous())
-                for b in self.blocks]
+        """Project the encoder output once per window: per layer (K, V), head-split.
+        In the int8 mode with the kernels they are kept as float16 (half the bytes a step
+        reads), K in the transposed layout kernels.attend reads (still a [1, heads, 1500,
+        head_dim] view)."""
+        kv = [(self._split_heads(b.cross_key(audio_features)).contiguous(),
+               self._split_heads(b.cross_value(audio_features)).contiguous())
+              for b in self.blocks]
+        if self.kind == "i8":
+            kv = [(kernels.cross_key_layout(k, torch.float16), v.half()) for k, v in kv]
+        return kv
 
     def forward(self, tokens: Tensor, offset: int, self_kv, cross_kv, logit_positions=None,
                 cross_qk: Optional[List[Tensor]] = None, project: bool = True) -> Tensor:
@@ -190,9 +196,12 @@ class DecoderRunner:
             # query rows of one batch, so the shared K/V are never copied per beam.
             h = b.cross_attn_ln(x)
             q = self._split_heads(b.cross_query(h).reshape(1, n_beams * n_new, -1))
-            if cross_qk is None:
-                a = F.scaled_dot_product_attention(q, k_cross, v_cross)
+            if cross_qk is None and self.kind is not None and kernels.can_attend(q, k_cross, v_cross):
+                a = kernels.attend(q, k_cross, v_cross)  # float16 K/V (int8 mode), any rows
+            elif cross_qk is None:
+                a = F.scaled_dot_product_attention(q, k_cross.to(q.dtype), v_cross.to(q.dtype))
             else:
+                k_cross, v_cross = k_cross.to(q.dtype), v_cross.to(q.dtype)  # float16 in int8 mode
                 qk = (q @ k_cross.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
                 cross_qk.append(qk)
                 a = qk.softmax(dim=-1).to(v_cross.dtype) @ v_cross

@@ -133,8 +133,10 @@ def main(argv=None) -> int:
         labelled_total += ms
     attention = sum(by[k].cpu_time_total for k in by if k == "aten::scaled_dot_product_attention") / 1000 / n
     rows.append(("attention (aten::scaled_dot_product_attention)", attention))
-    ops_self = sum(e.self_cpu_time_total for e in events if e.key.startswith("aten::")) / 1000 / n
-    labelled_self_ops = sum(by[k].cpu_time_total for k in by if k.startswith("matmul:")) / 1000 / n
+    heavy = ("scaled_dot_product", "aten::mm", "aten::addmm", "linear_dynamic", "aten::_log_softmax",
+             "aten::argmax", "aten::topk")
+    other_ops = sorted(((e.self_cpu_time_total / 1000 / n, e.key) for e in events
+                        if e.key.startswith("aten::") and not any(h in e.key for h in heavy)), reverse=True)
     print(f"{args.model}, beam {args.beam_size}, {args.precision}, {args.threads} threads, "
           f"{n} steps from position {5 + len(tokenizer.sot_sequence_including_notimestamps)}, "
           f"torch {torch.__version__}")
@@ -144,7 +146,8 @@ def main(argv=None) -> int:
         print(f"{key:<52}{ms:7.2f}{ms / step:7.0%}")
     accounted = labelled_total + attention
     print(f"{'everything else (norms, gelu, adds, views, Python)':<52}{step - accounted:7.2f}{(step - accounted) / step:7.0%}")
-    print(f"{'  of it: aten operators outside matmuls/attention':<52}{max(0.0, ops_self - attention - labelled_self_ops):7.2f}")
+    print(f"{'  of it: other aten operators (self time)':<52}{sum(t for t, _ in other_ops):7.2f}"
+          f"   top: {', '.join(f'{k[6:]} {t:.2f}' for t, k in other_ops[:4])}")
     weights = weight_bytes(runner)
     d = model.dims
     cross = 2 * d.n_text_layer * d.n_audio_ctx * d.n_text_state * 4

@@ -67,6 +67,12 @@ def _build() -> ctypes.CDLL:
                        ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                        ctypes.c_long, ctypes.c_int]
         fn.restype = None
+    for name in ("attend_f32", "attend_f16"):
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
+                       ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_float, ctypes.c_void_p,
+                       ctypes.c_int]
+        fn.restype = None
     return lib
 
 
@@ -156,3 +162,38 @@ class PackedLinear:
                  None if self.bias is None else self.bias.data_ptr(),
                  out.data_ptr(), out.stride(0), self._threads())
         return out.view(*lead, self.n_out)
+
+
+def cross_key_layout(k: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """K [1, heads, length, head_dim] as `attend` reads it: stored transposed, [1, heads,
+    head_dim, length padded to the panel width], returned as a [1, heads, length, head_dim]
+    view of that storage, so that PyTorch code (word timing) still reads it as K."""
+    _, heads, length, dim = k.shape
+    width = panel_width()
+    padded = -(-length // width) * width
+    kt = torch.zeros(1, heads, dim, padded, dtype=dtype, device=k.device)
+    kt[..., :length] = k.transpose(-1, -2)
+    return kt[..., :length].transpose(-1, -2)
+
+
+def can_attend(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether `attend` takes these: a step's few rows, K from cross_key_layout, V contiguous."""
+    dim = q.shape[-1]
+    return (q.shape[0] == 1 and q.shape[2] <= 64 and dim % 32 == 0 and dim <= 256
+            and k.stride(-2) == 1 and k.stride(-1) >= k.shape[-2] and v.is_contiguous()
+            and k.dtype == v.dtype and k.dtype in (torch.float32, torch.float16))
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """scaled_dot_product_attention(q, k, v) for a decoder step's cross-attention: q [1,
+    heads, rows, head_dim] float32, k from cross_key_layout, v [1, heads, length, head_dim]
+    contiguous, float32 or float16 (k and v alike). Returns [1, heads, rows, head_dim]."""
+    lib = library()
+    _, heads, rows, dim = q.shape
+    length = k.shape[2]
+    qr = q[0].transpose(0, 1).contiguous()  # [rows, heads, dim]
+    out = torch.empty(rows, heads, dim, dtype=torch.float32)
+    fn = lib.attend_f16 if k.dtype == torch.float16 else lib.attend_f32
+    fn(qr.data_ptr(), rows, heads, dim, k.data_ptr(), v.data_ptr(), length, k.stride(-1),
+       dim ** -0.5, out.data_ptr(), min(torch.get_num_threads(), heads))
+    return out.transpose(0, 1).unsqueeze(0)

@@ -44,9 +44,14 @@ static inline void widen(const int8_t* __restrict src, float* __restrict dst) {
 #endif
 }
 
+static inline void widen(const float* __restrict src, float* __restrict dst) {
+    std::memcpy(dst, src, NB * sizeof(float));
+}
+
+// acc[m][j] = sum_k x[m, k] * w[k * ldw + j] for j < NB (ldw = NB in a packed panel)
 template <typename T, int M>
 static inline void panel(const float* __restrict x, long ldx, const T* __restrict w, long K,
-                         float* __restrict acc) {
+                         float* __restrict acc, long ldw = NB) {
     float a[M][NB];
     // With few rows, one chain of multiply-adds per accumulator is bound by FMA latency,
     // not by memory: even and odd k go to separate accumulators, added at the end.
@@ -58,8 +63,8 @@ static inline void panel(const float* __restrict x, long ldx, const T* __restric
     long k = 0;
     for (; k + S <= K; k += S) {
         for (int s = 0; s < S; s++) {
-            const T* __restrict wk = w + (k + s) * NB;
-            __builtin_prefetch(wk + PREFETCH * NB);
+            const T* __restrict wk = w + (k + s) * ldw;
+            __builtin_prefetch(wk + PREFETCH * ldw);
             float wf[NB];
             widen(wk, wf);
             for (int m = 0; m < M; m++) {
@@ -69,7 +74,7 @@ static inline void panel(const float* __restrict x, long ldx, const T* __restric
         }
     }
     for (; k < K; k++) {
-        const T* __restrict wk = w + k * NB;
+        const T* __restrict wk = w + k * ldw;
         float wf[NB];
         widen(wk, wf);
         for (int m = 0; m < M; m++) {
@@ -139,5 +144,118 @@ void matmul_f16(const float* x, long M, long ldx, const _Float16* w, long K, lon
 void matmul_i8(const float* x, long M, long ldx, const int8_t* w, long K, long N,
                const float* scale, const float* bias, float* out, long ldo, int threads) {
     matmul<int8_t>(x, M, ldx, w, K, N, scale, bias, out, ldo, threads);
+}
+}
+
+// ---------------------------------------------------------------------------------------
+// Cross-attention of a decoder step: R query rows (beams) against one audio's K/V.
+//   out[r, h, :] = softmax_t(q[r, h, :] . K[h, t, :] * scale) @ V[h, t, :]
+// q, out: [R, H, D] float32. K is stored transposed, kt: [H, D, Lp] (Lp >= L, a multiple of
+// NB), so that scores are a matmul over contiguous lines of t; V: [H, L, D]. Both float32
+// (exact mode) or float16 (fast mode). Heads run in parallel; each reads its K and V once
+// for all R rows. Row sums are float32 in order, as the matmul above.
+
+// exp(s[t] - m) over a row, and its sum: Cephes' expf polynomial (about 1 ulp) in AVX-512
+// (libm's expf is a call per element); libm elsewhere.
+static void exp_shifted(float* __restrict s, long L, float m, float* sum) {
+#if defined(__AVX512F__)
+    const __m512 vm = _mm512_set1_ps(m), lo = _mm512_set1_ps(-87.0f), log2e = _mm512_set1_ps(1.44269504088896341f);
+    const __m512 c1 = _mm512_set1_ps(0.693359375f), c2 = _mm512_set1_ps(-2.12194440e-4f);
+    __m512 acc = _mm512_setzero_ps();
+    for (long t = 0; t < L; t += 16) {
+        const __mmask16 k = (L - t) >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (L - t)) - 1);
+        __m512 x = _mm512_max_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + t), vm), lo);
+        const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 r = _mm512_fnmadd_ps(n, c1, x);
+        r = _mm512_fnmadd_ps(n, c2, r);
+        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+        p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+        const __m512 e = _mm512_scalef_ps(p, n);
+        _mm512_mask_storeu_ps(s + t, k, e);
+        acc = _mm512_mask_add_ps(acc, k, acc, e);
+    }
+    *sum = _mm512_reduce_add_ps(acc);
+#else
+    float total = 0.0f;
+    for (long t = 0; t < L; t++) {
+        s[t] = expf(s[t] - m);
+        total += s[t];
+    }
+    *sum = total;
+#endif
+}
+
+template <typename T, int M>
+static void attend_head(const float* q, long H, long D, const T* kt, const T* v, long L, long Lp,
+                        float scale, float* out, float* S) {
+    // q rows for this head, scaled: [M, D]
+    float qs[M * 256];
+    for (int r = 0; r < M; r++)
+        for (long d = 0; d < D; d++) qs[r * D + d] = q[r * H * D + d] * scale;
+    float acc[M * NB];
+    for (long t0 = 0; t0 < L; t0 += NB) {  // scores: [M, Lp] = qs @ kt
+        panel<T, M>(qs, D, kt + t0, D, acc, Lp);
+        for (int r = 0; r < M; r++) std::memcpy(S + r * Lp + t0, acc + r * NB, NB * sizeof(float));
+    }
+    float inv[M];
+    for (int r = 0; r < M; r++) {
+        float* s = S + r * Lp;
+        float m = s[0];
+        for (long t = 1; t < L; t++) m = s[t] > m ? s[t] : m;
+        float sum;
+        exp_shifted(s, L, m, &sum);
+        inv[r] = 1.0f / sum;
+    }
+    for (long d0 = 0; d0 < D; d0 += NB) {  // out: [M, D] = p @ v
+        panel<T, M>(S, Lp, v + d0, L, acc, D);
+        for (int r = 0; r < M; r++)
+            for (int j = 0; j < NB; j++) out[r * H * D + d0 + j] = acc[r * NB + j] * inv[r];
+    }
+}
+
+template <typename T>
+static void attend(const float* q, long R, long H, long D, const T* kt, const T* v, long L, long Lp,
+                   float scale, float* out, int threads) {
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        float* S = new float[8 * Lp];
+#pragma omp for schedule(static)
+        for (long h = 0; h < H; h++) {
+            const T* kth = kt + h * D * Lp;
+            const T* vh = v + h * L * D;
+            for (long r0 = 0; r0 < R; r0 += 8) {
+                const long mm = (R - r0) < 8 ? (R - r0) : 8;
+                const float* qh = q + (r0 * H + h) * D;
+                float* oh = out + (r0 * H + h) * D;
+                switch (mm) {
+                    case 1: attend_head<T, 1>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
+                    case 2: attend_head<T, 2>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
+                    case 3: attend_head<T, 3>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
+                    case 4: attend_head<T, 4>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
+                    case 5: attend_head<T, 5>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
+                    case 6: attend_head<T, 6>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
+                    case 7: attend_head<T, 7>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
+                    default: attend_head<T, 8>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
+                }
+            }
+        }
+        delete[] S;
+    }
+}
+
+extern "C" {
+void attend_f32(const float* q, long R, long H, long D, const float* kt, const float* v, long L, long Lp,
+                float scale, float* out, int threads) {
+    attend<float>(q, R, H, D, kt, v, L, Lp, scale, out, threads);
+}
+
+void attend_f16(const float* q, long R, long H, long D, const _Float16* kt, const _Float16* v, long L,
+                long Lp, float scale, float* out, int threads) {
+    attend<_Float16>(q, R, H, D, kt, v, L, Lp, scale, out, threads);
 }
 }
