@@ -139,6 +139,9 @@ class PackedLinear:
         self.bias = None if bias is None else bias.detach().float().cpu().contiguous()
         self.parallel = self.packed.nbytes >= PARALLEL_MIN_BYTES
         self.threads: Optional[int] = None  # None: torch.get_num_threads() when parallel
+        self._packed_ptr = self.packed.data_ptr()
+        self._scale_ptr = None if self.scale is None else self.scale.data_ptr()
+        self._bias_ptr = None if self.bias is None else self.bias.data_ptr()
 
     def _threads(self) -> int:
         if not self.parallel:
@@ -149,20 +152,15 @@ class PackedLinear:
     def nbytes(self) -> int:
         return self.packed.nbytes
 
-    def __call__(self, x: Tensor, out: Optional[Tensor] = None) -> Tensor:
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.n_in)
-        if x2.dtype != torch.float32 or x2.stride(-1) != 1:
-            x2 = x2.float().contiguous()
-        rows = x2.shape[0]
-        if out is None:
-            out = torch.empty(rows, self.n_out, dtype=torch.float32)
-        self._fn(x2.data_ptr(), rows, x2.stride(0), self.packed.data_ptr(), self.n_in, self.n_out,
-                 None if self.scale is None else self.scale.data_ptr(),
-                 None if self.bias is None else self.bias.data_ptr(),
-                 out.data_ptr(), out.stride(0), self._threads())
-        return out.view(*lead, self.n_out)
-
+    def __call__(self, x: Tensor) -> Tensor:
+        n_in = self.n_in
+        if x.dtype != torch.float32 or not x.is_contiguous():
+            x = x.float().contiguous()
+        rows = x.numel() // n_in
+        out = torch.empty(*x.shape[:-1], self.n_out, dtype=torch.float32)
+        self._fn(x.data_ptr(), rows, n_in, self._packed_ptr, n_in, self.n_out, self._scale_ptr,
+                 self._bias_ptr, out.data_ptr(), self.n_out, self._threads())
+        return out
 
 def cross_key_layout(k: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     """K [1, heads, length, head_dim] as `attend` reads it: stored transposed, [1, heads,
