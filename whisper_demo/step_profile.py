@@ -91,6 +91,9 @@ def main(argv=None) -> int:
             setattr(b, name, _labelled(label, getattr(b, name)))
     original_project = runner.project
     runner.project = _labelled("matmul: vocabulary projection", runner.project)
+    from . import kernels
+    original_attend = kernels.attend
+    kernels.attend = _labelled("attention: cross, kernel (float16 K/V)", original_attend)
     import whisper.decoding as wd
     patched = []
     for cls, label in ((wd.SuppressBlank, "logit filters"), (wd.SuppressTokens, "logit filters"),
@@ -120,6 +123,7 @@ def main(argv=None) -> int:
         for (i, name), fn in originals.items():
             setattr(runner.blocks[i], name, fn)
         runner.project = original_project
+        kernels.attend = original_attend
 
     n = len(step_ms)
     step = sum(step_ms) / n
@@ -127,12 +131,12 @@ def main(argv=None) -> int:
     by = {e.key: e for e in events}
     rows = []
     labelled_total = 0.0
-    for key in sorted(k for k in by if k.startswith(("matmul:", "logit filters", "token choice"))):
+    for key in sorted(k for k in by if k.startswith(("matmul:", "logit filters", "token choice", "attention:"))):
         ms = by[key].cpu_time_total / 1000 / n
         rows.append((key, ms))
         labelled_total += ms
     attention = sum(by[k].cpu_time_total for k in by if k == "aten::scaled_dot_product_attention") / 1000 / n
-    rows.append(("attention (aten::scaled_dot_product_attention)", attention))
+    rows.append(("attention: SDPA (self; cross in the exact mode)", attention))
     heavy = ("scaled_dot_product", "aten::mm", "aten::addmm", "linear_dynamic", "aten::_log_softmax",
              "aten::argmax", "aten::topk")
     other_ops = sorted(((e.self_cpu_time_total / 1000 / n, e.key) for e in events
@@ -150,12 +154,13 @@ def main(argv=None) -> int:
           f"   top: {', '.join(f'{k[6:]} {t:.2f}' for t, k in other_ops[:4])}")
     weights = weight_bytes(runner)
     d = model.dims
-    cross = 2 * d.n_text_layer * d.n_audio_ctx * d.n_text_state * 4
+    cross_element = 2 if runner.kind == "i8" else 4  # float16 K/V in the int8 mode
+    cross = 2 * d.n_text_layer * d.n_audio_ctx * d.n_text_state * cross_element
     position = 5 + len(tokenizer.sot_sequence_including_notimestamps) + n // 2
     self_kv = 2 * d.n_text_layer * d.n_text_state * position * args.beam_size * 4
     total = sum(weights.values()) + cross + self_kv
     print("bytes read per step:")
-    for key, value in [*weights.items(), ("cross-attention K/V (float32)", cross),
+    for key, value in [*weights.items(), (f"cross-attention K/V (float{8 * cross_element})", cross),
                        (f"self-attention K/V at position {position}", self_kv)]:
         print(f"  {key:<50}{value / 2**20:8.1f} MB")
     print(f"  {'total':<50}{total / 2**20:8.1f} MB in {step:.2f} ms = {total / step / 1e6:.1f} GB/s")
