@@ -53,41 +53,21 @@ template <typename T, int M>
 static inline void panel(const float* __restrict x, long ldx, const T* __restrict w, long K,
                          float* __restrict acc, long ldw = NB) {
     float a[M][NB];
-    // With few rows, one chain of multiply-adds per accumulator is bound by FMA latency,
-    // not by memory: even and odd k go to separate accumulators, added at the end.
-    constexpr int S = M <= 2 ? 2 : 1;
-    float b[S][M][NB];
-    for (int s = 0; s < S; s++)
-        for (int m = 0; m < M; m++)
-            for (int j = 0; j < NB; j++) b[s][m][j] = 0.0f;
-    long k = 0;
-    for (; k + S <= K; k += S) {
-        for (int s = 0; s < S; s++) {
-            const T* __restrict wk = w + (k + s) * ldw;
-            __builtin_prefetch(wk + PREFETCH * ldw);
-            float wf[NB];
-            widen(wk, wf);
-            for (int m = 0; m < M; m++) {
-                const float xv = x[m * ldx + k + s];
-                for (int j = 0; j < NB; j++) b[s][m][j] += xv * wf[j];
-            }
-        }
-    }
-    for (; k < K; k++) {
+    // One accumulator chain per output, k in order, whatever M is: a row gives the same
+    // numbers alone or in a batch. (Two chains for 1-2 rows measured no faster: 0.39x of
+    // MKL against 0.40x; the prefetch is what pays.)
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < NB; j++) a[m][j] = 0.0f;
+    for (long k = 0; k < K; k++) {
         const T* __restrict wk = w + k * ldw;
+        __builtin_prefetch(wk + PREFETCH * ldw);
         float wf[NB];
         widen(wk, wf);
         for (int m = 0; m < M; m++) {
             const float xv = x[m * ldx + k];
-            for (int j = 0; j < NB; j++) b[0][m][j] += xv * wf[j];
+            for (int j = 0; j < NB; j++) a[m][j] += xv * wf[j];
         }
     }
-    for (int m = 0; m < M; m++)
-        for (int j = 0; j < NB; j++) {
-            float v = b[0][m][j];
-            for (int s = 1; s < S; s++) v += b[s][m][j];
-            a[m][j] = v;
-        }
     std::memcpy(acc, a, sizeof(a));
 }
 
