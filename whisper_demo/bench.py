@@ -299,7 +299,8 @@ def target_checks(summaries: List[Summary], beam_size: int) -> List[dict]:
 
 def eval_dev_wer(model, eval_dir: Path, beam_size: int) -> Dict[str, float]:
     """Word error rate of the exact and the int8 mode over every recording of `eval_dir`
-    (manifest.jsonl: audio, reference): all edits over all reference words, normalised."""
+    (manifest.jsonl: audio, reference, language): all edits over all reference words,
+    normalised. The language is given (a multilingual model would otherwise detect it)."""
     items = [json.loads(line) for line in (eval_dir / "manifest.jsonl").read_text().splitlines() if line.strip()]
     edits = {"exact": 0, "int8": 0}
     total = 0
@@ -307,7 +308,8 @@ def eval_dev_wer(model, eval_dir: Path, beam_size: int) -> Dict[str, float]:
         audio = load_audio(eval_dir / item["audio"], max_seconds=None)
         total += len(words(item["reference"]))
         for precision in edits:
-            text = transcribe(model, audio, DecodeOptions(beam_size=beam_size, precision=precision)).text
+            text = transcribe(model, audio, DecodeOptions(beam_size=beam_size, precision=precision,
+                                                          language=item.get("language"))).text
             edits[precision] += word_edits(text, item["reference"])
     return {"clips": len(items), **{p: e / max(1, total) for p, e in edits.items()}}
 
