@@ -4,12 +4,13 @@
 (b) record from the microphone (Chromium plays jfk.wav as a fake microphone) and stop:
     the recording is transcribed;
 (c) on the 25 s clip, untick "KV cache" and run again: the panel says the cache is off and the chart shows
-    the new run beside the previous one; then Compare shows both curves and the speedup.
+    the new run beside the previous one; then Compare shows both curves and the speedup;
+(e) tick "Inside the cache": the attention view streams, then shows its maps, player and downloads.
 
 A screenshot of the page after each step goes to pytest's tmp folder; nothing in the
 repository is written. To refresh the README's picture on purpose, run this file with
 WHISPER_KV_SCREENSHOT=docs/screenshot.png: the last screenshot (the Compare view) is copied
-there.
+there, and the Inside-the-cache view's picture to docs/attention.png beside it.
 
 Skips only on a machine without /usr/bin/chromium outside CI; in CI (CI=true) a missing
 browser fails, since CI installs it.
@@ -179,3 +180,48 @@ def test_stop_in_hooks_mode_then_an_example(page, shots):
     wait_transcript(page, "close the door")
     wait_done(page, "KV cache: hooks, beam 5")
     page.screenshot(path=str(shots / "d_stop_then_example.png"), full_page=True)
+
+
+def test_inside_the_cache_view(page, shots):
+    """Tick "Inside the cache", transcribe: while tokens stream the view shows the chips of
+    the cached positions and the audio cursor; at the end the map (hover: a weight), the
+    words on a player (a click plays from the word), and the PNG and JSON downloads."""
+    page.locator("#attn_toggle input[type=checkbox]").check()
+    page.wait_for_selector("#attn_box", state="visible")
+    # the live view is transient (the final view replaces it): record the cursor's
+    # positions as the page receives them
+    page.evaluate("""() => { window.cursorXs = [];
+        new MutationObserver(() => {
+            const c = document.querySelector('#attn_view line.wk-cursor');
+            const x = c && parseFloat(c.getAttribute('x1'));
+            if (c && x !== window.cursorXs[window.cursorXs.length - 1]) window.cursorXs.push(x);
+        }).observe(document.body, {subtree: true, childList: true, attributes: true}); }""")
+    upload(page, DATA / "jfk.wav")
+    page.wait_for_selector("#attn_view .wk-chips .wk-tok", timeout=DECODE_TIMEOUT_MS)
+    wait_done(page, "KV cache: static")
+    xs = page.evaluate("window.cursorXs")
+    assert len(xs) >= 2 and xs[-1] > xs[0], xs  # the cursor moved forward over the audio
+    page.wait_for_selector("#attn_view .wk-map-svg rect", timeout=60_000)
+    cells = page.locator("#attn_view .wk-map-svg rect")
+    assert cells.count() > 50
+    hover = cells.nth(cells.count() // 2).locator("title").text_content()
+    assert re.search(r"^step \d+ .* → position \d+ .*: [01]\.\d{4}$", hover), hover
+    assert page.locator("#attn_view img.wk-cross").count() == 1
+    words = page.locator("#attn_view .wk-word")
+    assert words.count() >= 20  # "And so my fellow Americans, ask not ..."
+    downloads = "".join(page.locator("#attn_files").inner_text().split())  # names wrap at the dot
+    assert "attention_window1.png" in downloads and "attention.json" in downloads, downloads
+    page.screenshot(path=str(shots / "e_attention.png"), full_page=True)
+    page.locator("#attn_view").screenshot(path=str(shots / "e_attention_view.png"))
+
+    word = words.nth(9)  # " country"
+    start = float(word.get_attribute("data-t0"))
+    word.click()
+    page.wait_for_function(
+        "t => { const a = document.querySelector('#attn_view audio.wk-play'); return a && a.currentTime >= t; }",
+        arg=start, timeout=10_000)
+    refresh = os.environ.get("WHISPER_KV_SCREENSHOT")
+    if refresh:  # on purpose only: the README's picture of this view, beside the main one
+        target = (REPO / refresh).with_name("attention.png")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shots / "e_attention_view.png", target)

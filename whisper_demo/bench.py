@@ -98,9 +98,10 @@ class Summary:
 
 # --- contenders -------------------------------------------------------------------------
 
-def ours(model, audio, mode: str, beam_size: int, precision: str = "exact") -> Callable[[], Run]:
+def ours(model, audio, mode: str, beam_size: int, precision: str = "exact",
+         attention: bool = False) -> Callable[[], Run]:
     options = DecodeOptions(cache=mode, beam_size=beam_size, timestamps=False, precision=precision,
-                            no_speech_threshold=1.0, silence_rms=0.0)
+                            no_speech_threshold=1.0, silence_rms=0.0, attention=attention)
 
     def run() -> Run:
         result = transcribe(model, audio, options)
@@ -351,6 +352,8 @@ def make_contenders(names, args, audio, mel, model=None) -> Dict[str, Callable[[
             contenders[name] = ours(model, audio, name, args.beam_size)
         elif name == "static int8" and model.device.type == "cpu":
             contenders[name] = ours(model, audio, "static", args.beam_size, precision="int8")
+        elif name in ("static +attention", "off +attention"):
+            contenders[name] = ours(model, audio, name.split()[0], args.beam_size, attention=True)
         elif name == "whisper.decode":
             contenders[name] = openai_decode(model, mel, args.beam_size)
     ct2 = [n.split()[1] for n in names if n.startswith("ctranslate2")]
@@ -404,6 +407,8 @@ def main(argv=None) -> int:
                         help="skip the per-contender RSS (one fresh process each); the column shows this process's")
     parser.add_argument("--eval-dev", nargs="?", const=str(DEFAULT_EVAL_DIR), default=None, metavar="DIR",
                         help=f"also print exact and int8 WER over a folder of recordings (default {DEFAULT_EVAL_DIR})")
+    parser.add_argument("--attention", action="store_true",
+                        help="also static and off with DecodeOptions.attention (the attention view's cost)")
     parser.add_argument("--rss-of", help=argparse.SUPPRESS)  # internal: one contender, print peak RSS
     args = parser.parse_args(argv)
 
@@ -433,6 +438,8 @@ def main(argv=None) -> int:
         names = [n for n in names if n in ("static", "hooks", "off", "static int8")]
     if "static" not in names:
         names.insert(0, "static")  # the reference every "same" compares with
+    if args.attention:  # the "Inside the cache" view: explicit attention, weights kept per step
+        names += [f"{mode} +attention" for mode in ("static", "off")]
     contenders = make_contenders(names, args, audio, mel, model)
 
     with torch.inference_mode():
@@ -452,6 +459,12 @@ def main(argv=None) -> int:
     print(f"decoders compared on the same encoder output (our encoder's, handed to CTranslate2's "
           f"decoder too), interleaved; RSS MB: {rss_note}")
     found = ratios(summaries)
+    by_name = {s.name: s for s in summaries}
+    for mode in ("static", "off"):
+        if f"{mode} +attention" in by_name:  # measured in this run, interleaved with the rest
+            # the cheapest repeat of each: the least disturbed by other work on the machine
+            found[f"attention view overhead ({mode})"] = (
+                by_name[f"{mode} +attention"].ms_per_token_min / by_name[mode].ms_per_token_min)
     for key, value in found.items():
         print(f"{key:<46}{value:6.2f}")
     checks = target_checks(summaries, args.beam_size)

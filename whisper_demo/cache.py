@@ -51,6 +51,31 @@ class CacheStrategy(Inference):
         self.initial_token_length = initial_token_length
         self.element_size = model.decoder.token_embedding.weight.element_size()
         self.steps = 0
+        # DecodeOptions.attention: keep the attention weights of each forward (captured)
+        self.capture_attention = False
+        self.captured = None  # (self-attention weights per layer, cross q.k per layer)
+        self.beam_sources = None  # the source rows of the last beam reorder
+
+    def attention_rows(self, n_beams: int):
+        """The last forward's attention at its last position, per beam: self-attention
+        [layers, beams, positions] (mean over heads) and the alignment heads' cross-attention
+        [beams, n_audio_ctx] (softmax, mean over those heads), as float32 CPU tensors."""
+        self_weights, cross_qk = self.captured
+        rows = torch.stack([w[:, :, -1].mean(dim=1) for w in self_weights]).float().cpu()
+        layers, heads = self.model.alignment_heads.indices()
+        cross = []
+        for layer, head in zip(layers.tolist(), heads.tolist()):
+            qk = cross_qk[layer][0, head]  # [beams * n_new, frames]
+            n_new = qk.shape[0] // n_beams
+            cross.append(qk[n_new - 1 :: n_new].softmax(dim=-1))
+        return rows, torch.stack(cross).mean(dim=0).float().cpu()
+
+    def _capture_lists(self):
+        """Lists for runner.forward to fill when the attention is wanted, else (None, None)."""
+        if not self.capture_attention:
+            return None, None
+        self.captured = ([], [])
+        return self.captured
 
     def step_logits(self, tokens: Tensor, audio_features: Tensor, sot_index: int):
         """One decoder step: (logits of the last position, logits at the start-of-transcript
@@ -118,8 +143,9 @@ class StaticCache(CacheStrategy):
             self._allocate(audio_features)
         offset = self.length
         rows = [p - offset for p in positions]  # rows among the tokens new to the cache
+        self_weights, cross_qk = self._capture_lists()
         logits = self.runner.forward(tokens[:, offset:], offset, self.self_kv, self.cross_kv, rows,
-                                     project=project)
+                                     project=project, self_weights=self_weights, cross_qk=cross_qk)
         self.length = tokens.shape[1]
         return logits
 
@@ -151,6 +177,7 @@ class StaticCache(CacheStrategy):
         self.length = length
 
     def rearrange_kv_cache(self, source_indices):
+        self.beam_sources = list(source_indices)
         if source_indices != list(range(len(source_indices))):
             index = torch.tensor(source_indices, device=self.self_kv[0][0].device)
             for k, v in self.self_kv:
@@ -199,16 +226,10 @@ class NoCache(CacheStrategy):
         return self.logits_at(tokens, audio_features, range(tokens.shape[1]))
 
     def logits_at(self, tokens: Tensor, audio_features: Tensor, positions) -> Tensor:
-        # Scratch K/V sized to this step only and dropped after it: nothing is kept.
-        r = self.runner
-        shape = (tokens.shape[0], r.n_head, tokens.shape[1], r.d_model // r.n_head)
-        like = dict(dtype=r.dtype, device=audio_features.device)
-        scratch = [(torch.empty(shape, **like), torch.empty(shape, **like)) for _ in r.blocks]
-        cross = r.cross_keys_values(audio_features[:1])
-        return r.forward(tokens, 0, scratch, cross, logit_positions=list(positions))
+        return recompute(self.runner, tokens, audio_features, list(positions), *self._capture_lists())
 
     def rearrange_kv_cache(self, source_indices):
-        pass  # nothing cached, nothing to reorder
+        self.beam_sources = list(source_indices)  # nothing cached, nothing to reorder
 
     def cleanup_caching(self):
         self.steps = 0
@@ -231,8 +252,16 @@ class HooksCache(CacheStrategy, PyTorchInference):
         # openai-whisper's decoder projects every position it runs (all of the initial
         # tokens on the first call, then just the new one); pick the rows asked for.
         logits = self.logits(tokens, audio_features)
+        if self.capture_attention:
+            # openai-whisper's modules use the fused kernel and keep no weights: get them the
+            # slow way, as the off mode does (a second decoder pass over all tokens).
+            recompute(decoder_runner(self.model), tokens, audio_features, [], *self._capture_lists())
         first_position = tokens.shape[1] - logits.shape[1]
         return logits[:, [p - first_position for p in positions]]
+
+    def rearrange_kv_cache(self, source_indices):
+        self.beam_sources = list(source_indices)
+        PyTorchInference.rearrange_kv_cache(self, source_indices)
 
     def cleanup_caching(self):
         self.steps = 0
@@ -248,6 +277,18 @@ class HooksCache(CacheStrategy, PyTorchInference):
 
     def cross_cache_bytes(self) -> int:
         return sum(t.nbytes for m, t in self.kv_cache.items() if m not in self.self_modules)
+
+
+def recompute(runner, tokens: Tensor, audio_features: Tensor, positions, self_weights=None,
+              cross_qk=None) -> Tensor:
+    """The decoder over all of `tokens` from scratch: scratch K/V sized to this call only
+    and dropped after it, cross-attention K/V projected again. Nothing is kept."""
+    shape = (tokens.shape[0], runner.n_head, tokens.shape[1], runner.d_model // runner.n_head)
+    like = dict(dtype=runner.dtype, device=audio_features.device)
+    scratch = [(torch.empty(shape, **like), torch.empty(shape, **like)) for _ in runner.blocks]
+    cross = runner.cross_keys_values(audio_features[:1])
+    return runner.forward(tokens, 0, scratch, cross, logit_positions=positions,
+                          self_weights=self_weights, cross_qk=cross_qk)
 
 
 def make_cache(mode: str, model: Whisper, initial_token_length: int, n_beams: int,

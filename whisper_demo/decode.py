@@ -11,6 +11,7 @@ turned into a generator that times every step), the choice of KV cache (cache.py
 30 s windowing of openai-whisper's `transcribe`, so that long audio streams too.
 """
 
+import math
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -25,7 +26,8 @@ from whisper.model import Whisper
 from whisper.tokenizer import Tokenizer, get_tokenizer
 
 from .cache import make_cache
-from .events import DecodeOptions, DecodeResult, Segment, TokenEvent
+from .encoder import encode, encoder_frames
+from .events import DecodeOptions, DecodeResult, Segment, StepAttention, TokenEvent
 from .speculative import DraftVerifier, usable_draft
 from .timing import add_word_timestamps
 
@@ -69,6 +71,20 @@ class Step:
     self_cache_reserved_bytes: int
     cross_cache_bytes: int
     from_draft: bool = False  # a draft token the model confirmed (TokenEvent.from_draft)
+    prompt_tokens: int = 0  # previous text prefilled as this window's prompt
+    prefill_tokens: int = 0  # positions the window's first forward filled (prompt + SOT)
+    attention: Optional["RawAttention"] = None  # with DecodeOptions.attention
+
+
+@dataclass(frozen=True)
+class RawAttention:
+    """A step's attention before stream_transcribe places it in the audio (StepAttention)."""
+
+    self_weights: np.ndarray  # [layers, positions]
+    cross_weights: np.ndarray  # [n_audio_ctx], all frames of the window, padding included
+    positions: tuple
+    parent: int
+    beam_sources: tuple
 
 
 class _Returning:
@@ -138,8 +154,16 @@ def stream_transcribe(
             all_tokens.clear()
             continue
 
-        mel_window = _window_mel(audio, seek, segment_size, model.dims.n_mels)
+        frames = encoder_frames(segment_size, options.encode_audio_only)
+        mel_window = _window_mel(audio, seek, segment_size, model.dims.n_mels, frames)
+        encoder_before = stats.encoder_ms
         audio_features = _encode(model, mel_window.to(model.device, dtype).unsqueeze(0), stats)
+        # where the decoder is: this window in the audio, and how many windows remain at most
+        where = dict(window_start=time_offset,
+                     window_end=(seek + segment_size) * HOP_LENGTH / SAMPLE_RATE,
+                     audio_seconds=len(audio) / SAMPLE_RATE,
+                     n_windows=window + math.ceil((content_frames - seek) / N_FRAMES),
+                     window_encoder_ms=stats.encoder_ms - encoder_before)
 
         if tokenizer is None:
             language = language or _detect_language(model, audio_features)
@@ -177,7 +201,9 @@ def stream_transcribe(
                     cross_cache_bytes=decoded.cross_cache_bytes, rss_bytes=rss,
                     cache_mode=options.cache, beam_size=options.beam_size,
                     is_timestamp=decoded.is_timestamp, restart=attempt > 0 and first_of_attempt,
-                    from_draft=decoded.from_draft,
+                    from_draft=decoded.from_draft, prompt_tokens=decoded.prompt_tokens,
+                    prefill_tokens=decoded.prefill_tokens, **where,
+                    attention=_place(decoded.attention, time_offset, segment_size, input_stride),
                 )
                 first_of_attempt = False
                 step += 1
@@ -201,7 +227,7 @@ def stream_transcribe(
         window_segments, advance = split_segments(
             outcome.tokens, tokenizer, time_offset, segment_size, time_precision, input_stride
         )
-        if options.word_timestamps:
+        if options.word_timestamps or options.attention:  # the attention view plays words
             last_speech_end = add_word_timestamps(
                 window_segments, model, tokenizer, audio_features, segment_size, time_offset,
                 last_speech_end)
@@ -265,13 +291,14 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
     outcome = WindowOutcome()
     beam = options.beam_size > 1 and temperature == 0
     n_ctx = model.dims.n_text_ctx
+    # openai-whisper's transcribe keeps the last n_ctx/2 - 1 tokens of history
+    prompt = previous_tokens[-(n_ctx // 2 - 1):]
     task = DecodingTask(model, DecodingOptions(
         task=options.task, language=language, temperature=temperature,
         beam_size=options.beam_size if beam else None,
         sample_len=options.max_tokens_per_window,
         without_timestamps=not options.timestamps,
-        # openai-whisper's transcribe keeps the last n_ctx/2 - 1 tokens of history
-        prompt=previous_tokens[-(n_ctx // 2 - 1):] or None,
+        prompt=prompt or None,
         fp16=audio_features.dtype == torch.float16,
     ))
     n_group = task.n_group
@@ -285,7 +312,9 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
     sum_logprobs = torch.zeros(n_group, device=audio_features.device)
     sample_begin = task.sample_begin
     verifier = None
-    if options.cache == "static" and options.beam_size == 1 and temperature == 0 and draft:
+    cache.capture_attention = options.attention
+    if (options.cache == "static" and options.beam_size == 1 and temperature == 0 and draft
+            and not options.attention):  # a draft pass covers several steps: no per-step weights
         # beams and sampling pick differently; other caches cannot drop rejected positions
         verifier = DraftVerifier(usable_draft(draft, tokenizer, model.dims.n_vocab), cache,
                                  audio_features, task.sot_index, tokenizer)
@@ -308,9 +337,11 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
                         return outcome
                 for logit_filter in task.logit_filters:
                     logit_filter.apply(last_logits, tokens)
+                read = tokens  # the hypotheses this step's forward ran
                 tokens, completed = task.decoder.update(tokens, last_logits, sum_logprobs)
                 from_draft = bool(from_verifier) and verifier.check(tokens)
             latency_ms = (time.perf_counter() - started) * 1000
+            attention = _raw_attention(cache, read, n_group, beam) if options.attention else None
 
             outcome.peak_self_cache_bytes = max(outcome.peak_self_cache_bytes, cache.self_cache_bytes())
             outcome.peak_cross_cache_bytes = max(outcome.peak_cross_cache_bytes, cache.cross_cache_bytes())
@@ -319,7 +350,9 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
                        latency_ms=latency_ms, window_tokens=_until_eot(best, tokenizer),
                        cache_tokens=cache.cache_tokens(), self_cache_bytes=cache.self_cache_bytes(),
                        self_cache_reserved_bytes=cache.self_cache_reserved_bytes(),
-                       cross_cache_bytes=cache.cross_cache_bytes(), from_draft=from_draft)
+                       cross_cache_bytes=cache.cross_cache_bytes(), from_draft=from_draft,
+                       prompt_tokens=len(prompt), prefill_tokens=len(task.initial_tokens),
+                       attention=attention)
             if completed or tokens.shape[-1] > n_ctx:
                 break
 
@@ -337,6 +370,32 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
             outcome.draft_offered, outcome.draft_accepted = verifier.offered, verifier.accepted
             outcome.draft_passes = verifier.passes
         cache.cleanup_caching()
+
+
+def _raw_attention(cache, read, n_group: int, beam: bool) -> RawAttention:
+    """The weights the step's forward kept (cache.captured), for the hypothesis that the
+    best one after the update came from. Outside the timed step: copying them out is the
+    view's cost, not the decoder's."""
+    self_rows, cross_rows = cache.attention_rows(n_group)
+    sources = tuple(cache.beam_sources or ()) if beam else ()
+    parent = sources[0] if sources else 0
+    return RawAttention(self_weights=self_rows[:, parent].numpy(),
+                        cross_weights=cross_rows[parent].numpy(),
+                        positions=tuple(read[parent].tolist()), parent=parent, beam_sources=sources)
+
+
+def _place(raw: Optional[RawAttention], time_offset: float, segment_size: int,
+           input_stride: int) -> Optional[StepAttention]:
+    """Crop the cross-attention to the window's real audio and find the cursor there."""
+    if raw is None:
+        return None
+    frames = max(1, segment_size // input_stride)  # audio positions of real audio, 20 ms each
+    cross = raw.cross_weights[:frames]
+    cross = cross / max(float(cross.sum()), 1e-12)
+    seconds_per_frame = input_stride * HOP_LENGTH / SAMPLE_RATE
+    return StepAttention(self_weights=raw.self_weights, cross_weights=cross,
+                         audio_time=time_offset + float(np.argmax(cross)) * seconds_per_frame,
+                         positions=raw.positions, parent=raw.parent, beam_sources=raw.beam_sources)
 
 
 def split_segments(tokens, tokenizer, time_offset, segment_size, time_precision, input_stride):
@@ -378,8 +437,9 @@ def split_segments(tokens, tokenizer, time_offset, segment_size, time_precision,
     return segments, (tokens[last - 1].item() - tokenizer.timestamp_begin) * input_stride
 
 
-def _window_mel(audio: np.ndarray, seek: int, segment_size: int, n_mels: int) -> torch.Tensor:
-    """The log-mel of one 30 s window, [n_mels, N_FRAMES], computed from that window's audio
+def _window_mel(audio: np.ndarray, seek: int, segment_size: int, n_mels: int,
+                frames: int = N_FRAMES) -> torch.Tensor:
+    """The log-mel of one 30 s window, [n_mels, frames], computed from that window's audio
     only, so that memory does not grow with the length of the file (openai-whisper's
     transcribe computes the whole file's log-mel first: ~1.5 GB of STFT per hour). For
     audio up to 30 s this is exactly transcribe's mel."""
@@ -387,13 +447,12 @@ def _window_mel(audio: np.ndarray, seek: int, segment_size: int, n_mels: int) ->
     samples = torch.from_numpy(audio[start : start + N_SAMPLES])
     with torch.inference_mode():
         mel = log_mel_spectrogram(samples, n_mels, padding=N_SAMPLES)
-    return pad_or_trim(mel[:, :segment_size], N_FRAMES)
+    return pad_or_trim(mel[:, :segment_size], frames)
 
 
 def _encode(model, mel_window, stats: _Stats):
     started = time.perf_counter()
-    with torch.inference_mode():
-        audio_features = model.encoder(mel_window)
+    audio_features = encode(model, mel_window)
     stats.encoder_ms += (time.perf_counter() - started) * 1000
     return audio_features
 

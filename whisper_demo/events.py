@@ -7,6 +7,8 @@ whole vocabulary between decode.py and its consumers (ui/, live/, mic.py, bench.
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
+import numpy as np
+
 CACHE_MODES = ("static", "hooks", "off")
 PRECISIONS = ("exact", "int8")  # int8: the fast mode, see runner.py
 
@@ -25,6 +27,9 @@ class DecodeOptions:
     no_speech_threshold: float = 0.6  # skip a window when P(no speech) is above this
     silence_rms: float = 1e-3  # a window quieter than this (about -60 dBFS) is not decoded
     max_tokens_per_window: Optional[int] = None  # default: n_text_ctx // 2 as openai-whisper
+    # whisper.cpp's audio_ctx: encode only the window's audio (plus a margin, encoder.py)
+    # instead of 30 s with padding. Faster for short audio (a live buffer); not exact.
+    encode_audio_only: bool = False
     word_timestamps: bool = False  # Segment.words: when each word was said (timing.py)
     # Self-speculative decoding for re-decodes of a growing buffer: the tokens (text and
     # timestamps, no specials: DecodeResult.tokens) a previous decode of the same audio start
@@ -33,6 +38,11 @@ class DecodeOptions:
     # without it (speculative.py). Used by greedy decoding with the static cache (exact or
     # int8); ignored otherwise (beams, sampling, the hooks and off modes).
     draft_tokens: Optional[Tuple[int, ...]] = None
+    # Inside the cache: each TokenEvent carries the step's attention (TokenEvent.attention).
+    # Self-attention is then computed explicitly (softmax weights kept) instead of by the
+    # fused kernel, so this costs time (the bench reports how much); off by default, and a
+    # draft is not used while it is on (a draft pass would cover several steps at once).
+    attention: bool = False
 
     def __post_init__(self):
         if self.cache not in CACHE_MODES:
@@ -46,6 +56,31 @@ class DecodeOptions:
         if self.draft_tokens is not None:
             # a tuple keeps the options hashable and equal by value, whatever was passed
             object.__setattr__(self, "draft_tokens", tuple(int(t) for t in self.draft_tokens))
+
+
+@dataclass(frozen=True, eq=False)  # arrays: compared by identity
+class StepAttention:
+    """What the decoder step that chose a token read (DecodeOptions.attention).
+
+    The query is the one at the last position of the hypothesis the token was appended to
+    (the position whose output chose the token); with beam search, the row of the beam
+    that the best hypothesis came from (`parent`).
+    """
+
+    # [layers, positions] mean over heads of the softmax weights over every cached position
+    # 0..positions-1 (prompt, start-of-transcript tokens, then the tokens so far). Each row
+    # sums to 1. Positions grow by one per step; a new window starts again from its prompt.
+    self_weights: np.ndarray
+    # [frames] the cross-attention of the model's alignment heads (mean over them) over the
+    # window's audio frames (20 ms each; only the frames of real audio, not the padding),
+    # renormalised to sum to 1 over those frames.
+    cross_weights: np.ndarray
+    audio_time: float  # stream seconds where cross_weights peaks: the audio cursor
+    positions: Tuple[int, ...]  # the token id at each self-attention position
+    parent: int = 0  # beam row the best hypothesis came from at this step
+    # beam search: for each beam row after this step's reorder, the row it came from; the
+    # cache rows are copied in this order (StaticCache.rearrange_kv_cache). () when greedy.
+    beam_sources: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,6 +108,19 @@ class TokenEvent:
     # first of the pass (its latency_ms); each later step of the pass carries only its own
     # filtering and choice (well under 1 ms), so latencies still add up to decoder time.
     from_draft: bool = False
+    # Where the decoder is in the audio (long files go window by window, 30 s at most each).
+    window_start: float = 0.0  # stream seconds where this token's window starts
+    window_end: float = 0.0  # and ends (its audio, not the padding)
+    audio_seconds: float = 0.0  # the whole input's duration
+    n_windows: int = 1  # windows expected: ceil(duration / 30 s), grown if seeking cuts short
+    # How this window's cache was filled: prompt tokens (the previous windows' text) plus the
+    # start-of-transcript tokens, prefilled by the window's first step in one forward; every
+    # later step adds the one token generated. The cross-attention K/V are projected again
+    # from the window's new audio at that first step.
+    prompt_tokens: int = 0  # previous text given as the prompt (0 for the first window)
+    prefill_tokens: int = 0  # positions the first step of this window filled (prompt + SOT)
+    window_encoder_ms: float = 0.0  # the encoder time of this window's audio
+    attention: Optional[StepAttention] = field(default=None, compare=False)  # DecodeOptions.attention
 
 
 @dataclass

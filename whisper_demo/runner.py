@@ -167,7 +167,8 @@ class DecoderRunner:
         return kv
 
     def forward(self, tokens: Tensor, offset: int, self_kv, cross_kv, logit_positions=None,
-                cross_qk: Optional[List[Tensor]] = None, project: bool = True) -> Tensor:
+                cross_qk: Optional[List[Tensor]] = None, project: bool = True,
+                self_weights: Optional[List[Tensor]] = None) -> Tensor:
         """Run `tokens` ([beams, n]) placed at positions offset..offset+n-1.
 
         self_kv: per layer (K, V) buffers [beams, heads, n_ctx or more, head_dim]; the new
@@ -176,6 +177,9 @@ class DecoderRunner:
         cross_qk: a list to receive, per layer, the cross-attention logits (q.k / sqrt(d),
         float32, [1, heads, beams * n, n_audio_ctx]) that word timing reads. Asking for them
         computes that attention explicitly instead of with the fused kernel.
+        self_weights: a list to receive, per layer, the self-attention weights (softmax,
+        float32, [beams, heads, n, offset + n]) that the attention view shows; as with
+        cross_qk, asking for them computes self-attention explicitly.
         Returns float32 logits [beams, n or len(logit_positions), vocab]; with project=False
         the final layer-normed states at those positions instead, for `logits(states)`.
         """
@@ -200,8 +204,12 @@ class DecoderRunner:
             q = self._split_heads(q)
             k_cache[:, :, offset:end] = self._split_heads(k)
             v_cache[:, :, offset:end] = self._split_heads(v)
-            a = F.scaled_dot_product_attention(
-                q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, is_causal=causal)
+            if self_weights is None:
+                a = F.scaled_dot_product_attention(
+                    q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, is_causal=causal)
+            else:
+                a = self._explicit_attention(q, k_cache[:, :, :end], v_cache[:, :, :end], offset,
+                                             self_weights)
             x = x + b.out(self._merge_heads(a))
 
             # cross-attention: every beam reads the same audio K/V. Beams are stacked as
@@ -224,6 +232,19 @@ class DecoderRunner:
         if logit_positions is not None:
             x = x[:, logit_positions]
         return self.logits(self.ln(x)) if project else self.ln(x)
+
+    @staticmethod
+    def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, offset: int, out: List[Tensor]) -> Tensor:
+        """Self-attention as softmax(q.k / sqrt(d)) @ v, keeping the weights (appended to
+        `out`): new token i (at offset + i) reads positions 0..offset + i."""
+        qk = (q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
+        n_new, end = q.shape[-2], k.shape[-2]
+        if n_new > 1:
+            visible = torch.ones(n_new, end, dtype=torch.bool, device=q.device).tril(diagonal=offset)
+            qk = qk.masked_fill(~visible, float("-inf"))
+        weights = qk.softmax(dim=-1)
+        out.append(weights)
+        return weights.to(v.dtype) @ v
 
     def logits(self, states: Tensor) -> Tensor:
         """Float32 logits of layer-normed states. In int8 one activation scale covers every

@@ -2,7 +2,7 @@
 
     python -m whisper_demo.bench live [--model tiny.en] [--eval-dir ../shared/eval-dev]
                                       [--feeds fast,realtime] [--chunk 0.1] [--min-seconds 180]
-                                      [--twice]
+                                      [--twice] [--encode-audio-only]
 
 The stream: every recording of the evaluation folder (manifest.jsonl with references),
 then the package's own example clips, joined with pauses of 0.3-2 s (a fixed seed), and
@@ -15,7 +15,8 @@ The feeds:
   the decoder runs whenever enough audio came, as in the app.
 
 Printed per feed: committed WER beside the offline WER of the same model on the same
-stream; phrases committed twice (words the live text has twice in a row where the offline
+stream (decoded as the live decodes are, greedy; and as openai-whisper's transcribe does by
+default, with temperature fallback, seeded); phrases committed twice (words the live text has twice in a row where the offline
 transcript of the same audio has them once); chunk end -> first token and speech -> commit (median, p95), the
 latter from each word's end in the audio as the offline decode's word timestamps place it;
 re-decodes per second of audio; the encoder's share of decode time.
@@ -190,11 +191,16 @@ def pct(values, q) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def report(model_name: str, stream: Stream, offline_text: str, offline_words, results: List[FeedResult]) -> str:
+def report(model_name: str, stream: Stream, offline_text: str, offline_words, results: List[FeedResult],
+           fallback_text: Optional[str] = None, encoder: str = "30 s window") -> str:
     seconds = stream.audio.size / SAMPLE_RATE
     lines = [f"live benchmark: {model_name}, {seconds:.0f} s stream ({stream.pieces} recordings "
-             f"joined with 0.3-2 s pauses), 0.1 s chunks",
-             f"offline WER (same model, whole stream): {100 * word_error_rate(offline_text, stream.reference):.1f} %"]
+             f"joined with 0.3-2 s pauses), 0.1 s chunks, encoder input: {encoder}",
+             f"offline WER (same model, whole stream, greedy as the live decodes): "
+             f"{100 * word_error_rate(offline_text, stream.reference):.1f} %"]
+    if fallback_text is not None:
+        lines.append(f"offline WER with temperature fallback (openai-whisper transcribe's default): "
+                     f"{100 * word_error_rate(fallback_text, stream.reference):.1f} %")
     header = (f"{'feed':<9} {'WER':>6} {'twice':>5} {'1st tok ms':>11} {'commit s':>10} "
               f"{'p95':>5} {'decodes/s':>9} {'enc share':>9} {'wall s':>7}")
     lines += [header, "-" * len(header)]
@@ -234,6 +240,9 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--twice", action="store_true",
                         help="run the fast feed twice and say whether the texts are the same")
+    parser.add_argument("--encode-audio-only", action="store_true",
+                        help="live decodes encode only the buffer's audio (whisper.cpp's audio_ctx, "
+                             "see encoder.py) instead of a 30 s window")
     args = parser.parse_args(argv)
 
     import torch
@@ -245,6 +254,9 @@ def main(argv=None) -> int:
     options = DecodeOptions(cache=args.cache, language=args.language if model.is_multilingual else None)
     offline = transcribe(model, stream.audio, replace(options, word_timestamps=True))
     offline_words = [(w.text, w.end) for s in offline.segments for w in s.words]
+    torch.manual_seed(0)  # the fallback samples at temperatures above 0
+    fallback = transcribe(model, stream.audio, replace(options, temperature_fallback=True))
+    options = replace(options, encode_audio_only=args.encode_audio_only)
     config = LiveConfig()
     results = []
     for feed in args.feeds.split(","):
@@ -259,7 +271,8 @@ def main(argv=None) -> int:
             results.append(feed_realtime(model, options, stream, args.chunk, config))
         else:
             parser.error(f"unknown feed {feed!r}")
-    print(report(args.model, stream, offline.text, offline_words, results))
+    encoder = "the buffer's audio only (+ margin)" if args.encode_audio_only else "30 s window"
+    print(report(args.model, stream, offline.text, offline_words, results, fallback.text, encoder))
     return 0
 
 

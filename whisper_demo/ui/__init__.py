@@ -30,6 +30,7 @@ from typing import Optional
 import gradio as gr
 
 from .chunk_order import NUMBERING_JS
+from .attention import ATTENTION_CSS
 from .panel import PANEL_CSS
 from .store import Defaults, ModelStore
 
@@ -37,7 +38,7 @@ __all__ = ["build_app", "launch", "Defaults", "ModelStore", "APP_CSS"]
 
 log = logging.getLogger(__name__)
 
-APP_CSS = PANEL_CSS + """
+APP_CSS = PANEL_CSS + ATTENTION_CSS + """
 #wk-header h1 { margin: 0; font-size: 1.6rem; }
 #wk-header p { margin: .15rem 0 0; color: var(--body-text-color-subdued); }
 #model_status p { margin: 0; font-size: .9rem; }

@@ -106,7 +106,8 @@ def _check(measured: int, formula: int) -> str:
 
 def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[float]] = None,
                last_event: Optional[TokenEvent] = None, status: str = "",
-               wall_seconds: Optional[float] = None, encoder_ms: Optional[float] = None) -> str:
+               wall_seconds: Optional[float] = None, encoder_ms: Optional[float] = None,
+               windows: Optional[List["WindowStats"]] = None) -> str:
     """The live panel for a decode in progress (a TokenEvent) or finished (a DecodeResult).
 
     latencies_ms: per-step latencies seen so far (for mean/p95 while streaming; a result
@@ -114,6 +115,8 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
     and bytes are the state at the end. status: a short line shown in the header
     ("decoding…", "done", "stopped"). wall_seconds: time since the run began, if known.
     encoder_ms: the encoder time to show while tokens stream (the Live tab's last re-decode).
+    windows: the run's windows so far (RunStats.windows): audio longer than 30 s gets a
+    strip that says where the decoder is and what each window did to the cache.
     """
     if item is None:
         return _empty_panel(model, status)
@@ -139,6 +142,10 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
         encoder = fmt_ms(encoder_ms) if encoder_ms is not None else "—"
         rss = item.rss_bytes
         rss_sub = "resident memory now"
+        if not status and item.n_windows > 1:
+            status = (f"decoding window {item.window + 1} of {item.n_windows} · "
+                      f"{fmt_clock(item.window_start)}–{fmt_clock(item.window_end)} of "
+                      f"{fmt_clock(item.audio_seconds)}")
         status = status or "decoding…"
 
     color = MODE_COLORS.get(mode, "#475569")
@@ -215,6 +222,10 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
         enc_sub = "audio → features, per 30 s window"
     elif encoder_ms is not None:
         enc_sub = "audio → features, last re-decode"
+    elif event is not None and event.window_encoder_ms > 0:
+        # each window's encoder time as it happens (the encoder runs once per window)
+        encoder = fmt_ms(event.window_encoder_ms)
+        enc_sub = f"audio → features, window {event.window + 1} of {event.n_windows}"
     else:
         enc_sub = "reported when the run ends"
     if result is not None and wall_seconds is not None:
@@ -228,7 +239,71 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
                            + (f" · {result.skipped_windows} silent window(s) skipped"
                               if result.skipped_windows else "")))
 
-    return f'<div class="wk-panel">{header}<div class="wk-grid">{"".join(tiles)}</div></div>'
+    strip = windows_html(windows, latencies_ms if result is None else result.latencies_ms,
+                         event) if windows and event is not None and event.n_windows > 1 else ""
+    return f'<div class="wk-panel">{header}<div class="wk-grid">{"".join(tiles)}</div>{strip}</div>'
+
+
+def fmt_clock(seconds: float) -> str:
+    """169.4 -> '2:49'"""
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def windows_html(windows: List["WindowStats"], latencies_ms: Optional[Sequence[float]],
+                 event: TokenEvent) -> str:
+    """Long audio, window by window: where the decoder is in the audio, what the current
+    window did to the cache, and the latency of every step so far with the window
+    boundaries marked (each window's first step prefills its prompt in one forward)."""
+    current = windows[-1]
+    duration = max(event.audio_seconds, 1e-6)
+    bands = "".join(
+        f'<div title="window {w.window + 1}: {fmt_clock(w.start)}–{fmt_clock(w.end)}" '
+        f'style="left:{100 * w.start / duration:.2f}%;width:{100 * (w.end - w.start) / duration:.2f}%"'
+        f' class="{"wk-win-now" if w is current else "wk-win-done"}"></div>' for w in windows)
+    start = current.prefill - current.prompt
+    if event.cache_mode == "off":
+        cache_text = (f"No cache: every step reruns the {current.prompt} prompt tokens (the text so "
+                      f"far), {start} start tokens and the {max(0, current.steps - 1)} generated so far, "
+                      f"and projects this window's audio to cross-attention K/V again")
+    else:
+        cache_text = (f"Cache refilled: {current.prompt} prompt tokens (the text so far) + {start} start "
+                      f"tokens prefilled in one forward ({fmt_ms(current.prefill_ms)}), then "
+                      f"{max(0, current.steps - 1)} generated one by one; cross-attention K/V "
+                      f"projected again from this window's audio")
+    text = (f"<b>Window {current.window + 1} of {event.n_windows}</b> · "
+            f"{fmt_clock(current.start)}–{fmt_clock(current.end)} of {fmt_clock(event.audio_seconds)}. "
+            f"{cache_text}; encoder {fmt_ms(current.encoder_ms)}.")
+    return (f'<div class="wk-windows"><div class="wk-sub">{text}</div>'
+            f'<div class="wk-audio-bar">{bands}</div>'
+            f'{_window_latency_svg(windows, latencies_ms or [])}</div>')
+
+
+def _window_latency_svg(windows: List["WindowStats"], latencies_ms: Sequence[float],
+                        width: int = 760, height: int = 70) -> str:
+    """Per-step latency with a dashed line where each window starts."""
+    if not latencies_ms:
+        return ""
+    values = np.asarray(latencies_ms, dtype=np.float64)
+    top = max(float(np.percentile(values, 99)), 1e-6)
+    n = len(values)
+    x = np.linspace(0, width, n) if n > 1 else np.array([0.0])
+    y = height - 12 - np.minimum(values / top, 1.0) * (height - 16)
+    points = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(x, y))
+    marks = []
+    for w in windows:
+        if w.first_step >= n:
+            continue
+        mx = x[w.first_step]
+        marks.append(
+            f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="0" y2="{height - 10}" stroke="#64748b" '
+            f'stroke-dasharray="3,3"><title>window {w.window + 1} starts at step {w.first_step}: '
+            f'{w.prefill} positions prefilled ({w.prompt} prompt tokens)</title></line>'
+            f'<text x="{mx + 3:.1f}" y="{height - 1}" font-size="10" fill="#64748b">w{w.window + 1}</text>')
+    return (f'<svg class="wk-win-latency" viewBox="0 0 {width} {height}" width="100%" height="{height}" '
+            f'preserveAspectRatio="none"><title>per-token latency (up to {fmt_ms(top)}); '
+            f'dashed: a new 30 s window</title>{"".join(marks)}<polyline points="{points}" fill="none" '
+            f'stroke="#2563eb" stroke-width="1.2"/></svg>')
 
 
 def _empty_panel(model, status: str = "") -> str:
@@ -289,6 +364,28 @@ def latency_frame(latencies_by_series: Dict[str, Sequence]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+WINDOW_MARK = "window {} starts"
+WINDOW_MARK_COLOR = "#94a3b8"
+MAX_MARKED_WINDOWS = 60  # 30 min of audio; later windows go unmarked (the chart's colours are fixed)
+
+
+def window_marks(windows: Sequence["WindowStats"], top: float) -> pd.DataFrame:
+    """Rows for the latency chart that draw a vertical line (0 to `top` ms) at the first step
+    of each window after the first: where the cache was refilled from the prompt."""
+    first_steps = {}
+    for w in windows:  # a retried window (fallback) keeps the mark of its first attempt
+        first_steps.setdefault(w.window, w.first_step)
+    rows = [(step, y, WINDOW_MARK.format(window + 1)) for window, step in first_steps.items()
+            if 0 < step and window + 1 <= MAX_MARKED_WINDOWS for y in (0.0, top)]
+    return pd.DataFrame({"token": pd.Series([r[0] for r in rows], dtype="int64"),
+                         "latency_ms": pd.Series([r[1] for r in rows], dtype="float64"),
+                         "series": pd.Series([r[2] for r in rows], dtype="object")})
+
+
+def window_mark_colors() -> Dict[str, str]:
+    return {WINDOW_MARK.format(k): WINDOW_MARK_COLOR for k in range(2, MAX_MARKED_WINDOWS + 1)}
+
+
 def chart_colors() -> Dict[str, str]:
     """color_map for the LinePlot: every series label a run can produce."""
     colors = {}
@@ -339,15 +436,33 @@ def compare_html(cached: DecodeResult, uncached: DecodeResult) -> str:
     )
 
 
+class WindowStats:
+    """One 30 s window of a run, from its TokenEvents."""
+
+    def __init__(self, event: TokenEvent, first_step: int):
+        self.window = event.window
+        self.first_step = first_step  # index into the run's latencies
+        self.start, self.end = event.window_start, event.window_end
+        self.prompt, self.prefill = event.prompt_tokens, event.prefill_tokens
+        self.prefill_ms = event.latency_ms  # the first step runs the prefill
+        self.encoder_ms = event.window_encoder_ms
+        self.steps = 0
+
+
 class RunStats:
-    """Aggregates one run's events for the panel: latencies so far, the last event."""
+    """Aggregates one run's events for the panel: latencies so far, the last event, and
+    the windows (long audio)."""
 
     def __init__(self):
         self.latencies_ms: List[float] = []
         self.last_event: Optional[TokenEvent] = None
+        self.windows: List[WindowStats] = []
         self.started = time.perf_counter()
 
     def add(self, event: TokenEvent) -> None:
+        if not self.windows or self.windows[-1].window != event.window or event.restart:
+            self.windows.append(WindowStats(event, len(self.latencies_ms)))
+        self.windows[-1].steps += 1
         self.latencies_ms.append(event.latency_ms)
         self.last_event = event
 
@@ -383,4 +498,10 @@ PANEL_CSS = """
            font-size:.8rem; font-weight:700; }
 .wk-pill-ok { background:#dcfce7; color:#166534; }
 .wk-pill-bad { background:#fee2e2; color:#991b1b; }
+.wk-windows { margin-top:.5rem; }
+.wk-audio-bar { position:relative; height:10px; background:var(--border-color-primary); border-radius:3px;
+                margin:.3rem 0; overflow:hidden; }
+.wk-audio-bar > div { position:absolute; top:0; bottom:0; border-right:1px solid #fff; }
+.wk-win-done { background:#93c5fd; }
+.wk-win-now { background:#2563eb; }
 """

@@ -3,8 +3,10 @@
 Everything a user can do here is one of four handlers on `TranscribeTab`, each a plain
 Python callable that tests can call directly:
 
-    transcribe(audio, cache_on, mode, beam, language, timestamps, model_name, previous)
-        -> generator of (transcript, panel_html, chart_frame, compare_html, previous)
+    transcribe(audio, cache_on, mode, beam, language, timestamps, model_name, previous,
+               attention, layer)
+        -> generator of (transcript, panel_html, chart_frame, compare_html, previous,
+                         attention_html, attention_files)
     compare(...same inputs...) -> the same outputs, for cache on then cache off
     load_model(model_name) -> (model status markdown, language dropdown update)
     stopped() -> panel note after Stop
@@ -19,19 +21,25 @@ Scripts can call the same handlers through Gradio's API (named endpoints /transc
     client = Client("http://127.0.0.1:7860/")
     text, panel_html, *_ = client.predict(handle_file("talk.wav"), True, "static", 1, "auto",
                                           True, "tiny.en", api_name="/transcribe")
-    # inputs: audio, cache on, mode (static|hooks|off), beam, language, timestamps, model;
-    # panel_html holds the run's numbers ("N decoder steps", cache bytes, latencies).
+    # inputs: audio, cache on, mode (static|hooks|off), beam, language, timestamps, model,
+    # and optionally attention (True: the "Inside the cache" view) and its layer ("all");
+    # panel_html holds the run's numbers ("N decoder steps", cache bytes, latencies); with
+    # attention the outputs end with the view's HTML and its downloads (PNG maps, JSON).
     # Bad audio raises gradio_client's AppError with the same message the page shows.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Dict, Generator, List, Optional, Set, Tuple
 
 import gradio as gr
+import pandas as pd
 from whisper.tokenizer import LANGUAGES
 
 from ..audio import AudioError, describe, load_audio
@@ -40,6 +48,7 @@ from ..examples import CLIPS, clip_path
 from ..events import CACHE_MODES, DecodeOptions, DecodeResult, TokenEvent
 from ..options import decode_options
 from ..options import effective_mode  # noqa: F401  (live_tab.py imports it from here)
+from . import attention as attention_view
 from . import panel
 from .controls import link_cache_controls
 from .store import Defaults, ModelStore
@@ -153,22 +162,25 @@ class TranscribeTab:
         except AudioError as exc:
             raise gr.Error(str(exc), title="Can't use this audio") from exc
 
-    def _options(self, model, cache_on, mode, beam, language, timestamps) -> DecodeOptions:
+    def _options(self, model, cache_on, mode, beam, language, timestamps,
+                 attention=False) -> DecodeOptions:
         """The page's choices over the command line's options (options.decode_options)."""
         try:
             return decode_options(self.defaults.options, cache_on=cache_on, mode=mode, beam_size=beam,
                                   language=language, timestamps=bool(timestamps),
-                                  multilingual=model.is_multilingual)
+                                  multilingual=model.is_multilingual, attention=bool(attention))
         except ValueError as exc:  # a combination DecodeOptions refuses
             raise gr.Error(str(exc), title="Options not possible") from exc
 
     @staticmethod
-    def _chart(series: dict, previous, legend: Optional[list] = None):
+    def _chart(series: dict, previous, legend: Optional[list] = None, windows=()):
         """The chart's next value. Gradio 6.31's LinePlot bakes the colour domain into its
         Vega spec and rebuilds the spec only when a prop such as colors_in_legend changes;
         new series names with the same props draw colourless. So when the set of series
         changes (tracked in `legend`, a per-run list) the update also sets colors_in_legend,
-        which rebuilds the chart with the right colours and legend; otherwise only data."""
+        which rebuilds the chart with the right colours and legend; otherwise only data.
+        windows: the current run's RunStats.windows; each window after the first is marked
+        by a vertical grey line at its first step (panel.window_marks)."""
         data = {}
         if previous:
             data[previous[0]] = previous[1]
@@ -176,24 +188,31 @@ class TranscribeTab:
         frame = panel.latency_frame(data)
         if not len(frame):
             return gr.skip()  # an empty frame would leave the plot colourless (see above)
-        names = [k for k, v in data.items() if len(v)]
+        marks = panel.window_marks(windows, float(frame["latency_ms"].max()))
+        names = [k for k, v in data.items() if len(v)] + list(dict.fromkeys(marks["series"]))
+        frame = pd.concat([frame, marks], ignore_index=True) if len(marks) else frame
         if legend is not None and names != legend:
             legend[:] = names
             return gr.update(value=frame, colors_in_legend=names)
         return frame
 
     def _run(self, model, samples, options, label: str, chart_series: dict, previous,
-             transcript_prefix: str = "", compare_value: str = "",
-             request=None) -> Generator[tuple, None, Tuple[DecodeResult, "panel.RunStats"]]:
+             transcript_prefix: str = "", compare_value: str = "", request=None,
+             view: Optional["attention_view.AttentionView"] = None,
+             ) -> Generator[tuple, None, Tuple[DecodeResult, "panel.RunStats"]]:
         """Stream one decode: yields page tuples, returns (DecodeResult, RunStats), so a
         handler writes `result, stats = yield from self._run(...)` (closing the handler
-        closes this generator, and with it the decoder)."""
+        closes this generator, and with it the decoder). view: the attention view, fed
+        every event when the run asked for its attention."""
         stats = panel.RunStats()
         throttle = Throttle()
         legend: list = []
         chart_series[label] = stats.latencies_ms  # the chart reads the live list
+        waiting = ('<div class="wk-sub">Waiting for the first token…</div>' if view is not None
+                   else "")
         yield (transcript_prefix, panel.panel_html(None, model, status=f"encoding {describe(samples)}…"),
-               self._chart(chart_series, previous, legend), compare_value, gr.skip())
+               self._chart(chart_series, previous, legend, stats.windows), compare_value, gr.skip(),
+               waiting, None)
         result: Optional[DecodeResult] = None
         finished = self._track(request)
         stream = stream_transcribe(model, samples, options)
@@ -201,12 +220,19 @@ class TranscribeTab:
             for item in stream:
                 if isinstance(item, TokenEvent):
                     stats.add(item)
+                    if view is not None:
+                        view.add(item)
                     if throttle.due():
                         yield (transcript_prefix + item.transcript,
-                               panel.panel_html(item, model, latencies_ms=stats.latencies_ms),
-                               self._chart(chart_series, previous, legend), compare_value, gr.skip())
+                               panel.panel_html(item, model, latencies_ms=stats.latencies_ms,
+                                                windows=stats.windows),
+                               self._chart(chart_series, previous, legend, stats.windows), compare_value,
+                               gr.skip(),
+                               view.live_html(item) if view is not None else gr.skip(), gr.skip())
                 else:
                     result = item
+                    if view is not None:
+                        view.finish(result)
         except GeneratorExit:
             raise
         except Exception as exc:
@@ -224,44 +250,57 @@ class TranscribeTab:
     # --- handlers -----------------------------------------------------------------------
 
     def transcribe(self, audio, cache_on=True, mode="static", beam=1, language="auto",
-                   timestamps=True, model_name=None, previous=None,
+                   timestamps=True, model_name=None, previous=None, attention=False, layer="all",
                    progress=gr.Progress(track_tqdm=True), request: gr.Request = None):
+        """attention: the "Inside the cache" view is open, so this run computes its
+        attention weights (explicitly, at a cost) and the view draws them; layer: the
+        view's layer choice (attention_view.layer_choices)."""
         model = self._model(model_name, progress)
         samples = self._audio(audio)
-        options = self._options(model, cache_on, mode, beam, language, timestamps)
+        options = self._options(model, cache_on, mode, beam, language, timestamps, attention)
         label = panel.series_label(options.cache, options.beam_size)
         prev = None
         if previous:
             prev = (f"previous: {previous[0]}", previous[1])
         series: dict = {}
-        result, stats = yield from self._run(model, samples, options, label, series, prev, request=request)
+        view = attention_view.AttentionView(model, samples, layer) if options.attention else None
+        result, stats = yield from self._run(model, samples, options, label, series, prev, request=request,
+                                             view=view)
         final_panel = panel.panel_html(result, model, last_event=stats.last_event,
-                                       wall_seconds=stats.wall_seconds)
-        yield (result.text, final_panel, self._chart(series, prev, []), "", (label, list(result.latencies_ms)))
+                                       wall_seconds=stats.wall_seconds, windows=stats.windows)
+        yield (result.text, final_panel, self._chart(series, prev, [], stats.windows), "",
+               (label, list(result.latencies_ms)),
+               *_final_view(view, request=request))
 
     def compare(self, audio, cache_on=True, mode="static", beam=1, language="auto",
-                timestamps=True, model_name=None, previous=None,
+                timestamps=True, model_name=None, previous=None, attention=False, layer="all",
                 progress=gr.Progress(track_tqdm=True), request: gr.Request = None):
         """The same audio twice: with the chosen cache (static if the switch is off), then
-        without. Both curves on one chart, both totals, the speedup, identical-tokens badge."""
+        without. Both curves on one chart, both totals, the speedup, identical-tokens badge.
+        With the attention view open, it shows the cached run and how far the uncached
+        run's recomputed weights are from it."""
         model = self._model(model_name, progress)
         samples = self._audio(audio)
-        on = self._options(model, True, mode, beam, language, timestamps)
-        off = self._options(model, False, mode, beam, language, timestamps)
+        on = self._options(model, True, mode, beam, language, timestamps, attention)
+        off = self._options(model, False, mode, beam, language, timestamps, attention)
         series: dict = {}
         results = []
+        views = []
         waiting = '<div class="wk-sub">Comparing: run 1 of 2, with the cache…</div>'
         for i, options in enumerate((on, off)):
             label = panel.series_label(options.cache, options.beam_size)
             note = waiting if i == 0 else '<div class="wk-sub">Comparing: run 2 of 2, without the cache…</div>'
+            views.append(attention_view.AttentionView(model, samples, layer) if options.attention else None)
             results.append((yield from self._run(model, samples, options, label, series, None,
-                                                 compare_value=note, request=request)))
+                                                 compare_value=note, request=request, view=views[-1])))
         (r_on, s_on), (r_off, s_off) = results
         final_panel = panel.panel_html(r_off, model, last_event=s_off.last_event,
-                                       wall_seconds=s_off.wall_seconds,
+                                       wall_seconds=s_off.wall_seconds, windows=s_off.windows,
                                        status="compare done (panel: the uncached run)")
-        yield (r_on.text, final_panel, self._chart(series, None, []), panel.compare_html(r_on, r_off),
-               (panel.series_label(r_on.cache_mode, r_on.beam_size), list(r_on.latencies_ms)))
+        note = attention_view.compare_note(views[0].record, views[1].record) if views[0] else ""
+        yield (r_on.text, final_panel, self._chart(series, None, [], s_on.windows), panel.compare_html(r_on, r_off),
+               (panel.series_label(r_on.cache_mode, r_on.beam_size), list(r_on.latencies_ms)),
+               *_final_view(views[0], note, request))
 
     def load_model(self, model_name, progress=gr.Progress(track_tqdm=True)):
         model = self._model(model_name, progress)
@@ -312,6 +351,10 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
             )
             cache_on = gr.Checkbox(value=opts.cache != "off", label="KV cache", elem_id="kv_toggle",
                                    info="untick: every token recomputes all the tokens before it")
+            attention_on = gr.Checkbox(value=False, label="Inside the cache: what each new token reads",
+                                       elem_id="attn_toggle",
+                                       info="attention over the cache and the audio, drawn as tokens "
+                                            "stream; computed only while this is ticked (slower)")
             with gr.Row():
                 run_btn = gr.Button("Transcribe", variant="primary", elem_id="run_btn", scale=2, min_width=90)
                 compare_btn = gr.Button("Compare", elem_id="compare_btn", scale=2, min_width=90)
@@ -344,6 +387,15 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
             transcript = gr.Textbox(label="Transcript", lines=4, max_lines=12, elem_id="transcript",
                                     interactive=False, buttons=["copy"],
                                     placeholder="Tokens appear here as the decoder chooses them.")
+            # The attention view sits under the transcript: its chips are the tokens above.
+            n_layers = default_model.dims.n_text_layer if default_model is not None else 4
+            with gr.Column(visible=False, elem_id="attn_box") as attn_box:
+                layer = gr.Dropdown(attention_view.layer_choices(n_layers), value="all",
+                                    label="Self-attention layer", elem_id="attn_layer",
+                                    info="mean over heads; applies to the next run")
+                attn_html = gr.HTML("", elem_id="attn_view", js_on_load=attention_view.PLAYER_JS)
+                attn_files = gr.File(label="Download: maps (PNG) and numbers (JSON)", file_count="multiple",
+                                     elem_id="attn_files", interactive=False)
             panel_box = gr.HTML(panel.panel_html(None, default_model) if default_model is not None else "",
                                 elem_id="cache_panel")
             compare_box = gr.HTML("", elem_id="compare_box")
@@ -352,7 +404,8 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
         # None, not an empty frame: a plot first drawn from an empty frame draws
         # later lines without colour (Gradio 6.31)
         None, x="token", y="latency_ms", color="series", y_lim=[0, None],
-        color_map={**panel.chart_colors(), **_previous_colors()}, color_title="run",
+        color_map={**panel.chart_colors(), **_previous_colors(), **panel.window_mark_colors()},
+        color_title="run",
         title="Per-token decoder latency", x_title="token position (decoder step)",
         y_title="latency (ms)", elem_id="latency_chart",
         tooltip=["token", "latency_ms", "series"], label="Latency",
@@ -362,8 +415,8 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
                 "so far (a cost that grows with position).",
     )
 
-    inputs = [audio, cache_on, mode, beam, language, timestamps, model_dd, previous]
-    outputs = [transcript, panel_box, chart, compare_box, previous]
+    inputs = [audio, cache_on, mode, beam, language, timestamps, model_dd, previous, attention_on, layer]
+    outputs = [transcript, panel_box, chart, compare_box, previous, attn_html, attn_files]
     # Every decode shares one concurrency group ("decode"): see ui/__init__.py for the numbers.
     decode_kw = dict(concurrency_id="decode", concurrency_limit=defaults.concurrency,
                      show_progress="minimal")
@@ -385,12 +438,29 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
         tab.stopped, panel_box, panel_box, api_name=False, show_progress="hidden")
 
     link_cache_controls(cache_on, mode)
+    attention_on.change(lambda on: gr.update(visible=bool(on)), attention_on, attn_box, api_name=False,
+                        show_progress="hidden")
     # Switching model loads it once (progress shown on the status line) and keeps it in
     # the shared store; a model that cannot load says why and the old one stays selected.
     status_out = model_status if model_status is not None else gr.Markdown(visible=False)
     model_dd.input(tab.load_model, model_dd, [status_out, language], api_name="load_model",
                    concurrency_id="load", concurrency_limit=1, show_progress="full")
     return tab
+
+
+def _final_view(view: Optional["attention_view.AttentionView"], note: str = "", request=None) -> tuple:
+    """(attention HTML, downloads) for a finished run; skips when the view was closed.
+    The downloads go to one folder per browser session, replaced by its next run (Gradio
+    serves its own copies), so a long-running server does not pile them up."""
+    if view is None:
+        return gr.skip(), gr.skip()
+    session = getattr(request, "session_hash", None)
+    folder = None
+    if session and session.isalnum():
+        folder = Path(tempfile.gettempdir()) / "whisper-kv-attention" / session
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+    return view.final_html(note), view.files(folder)
 
 
 def _log_end(model, options: DecodeOptions, samples, stats: "panel.RunStats",

@@ -1,0 +1,51 @@
+"""The audio encoder, over a 30 s window or over only the audio there is.
+
+Whisper's encoder always sees 30 s of log-mel: a 3 s utterance is encoded with 27 s of
+padding, and the encoder's cost (quadratic attention over 1500 positions) is the same for
+both. whisper.cpp's `audio_ctx` encodes fewer positions instead. That is what a live
+re-decode of a short buffer wants: its encoder took ~70 % of each re-decode (live bench).
+
+It is not exact: the decoder then cross-attends to fewer positions than it was trained on,
+so the tokens may differ from a full-window decode. A margin of encoded silence after the
+audio keeps what the decoder sees at the end of speech close to training (padding follows
+speech there too); the live benchmark measures the word error rate both ways.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from whisper.audio import N_FRAMES
+
+FRAMES_PER_SECOND = 100  # log-mel frames (10 ms hop)
+MARGIN_SECONDS = 2.0  # encoded padding after the audio (see above)
+STEP_SECONDS = 1.0  # input lengths come in whole seconds: fewer distinct shapes
+
+
+def encoder_frames(audio_frames: int, audio_only: bool) -> int:
+    """Mel frames to encode for a window holding `audio_frames` frames of audio."""
+    if not audio_only:
+        return N_FRAMES
+    seconds = audio_frames / FRAMES_PER_SECOND + MARGIN_SECONDS
+    seconds = math.ceil(seconds / STEP_SECONDS) * STEP_SECONDS
+    return min(N_FRAMES, int(seconds * FRAMES_PER_SECOND))
+
+
+def encode(model, mel: Tensor) -> Tensor:
+    """Audio features [batch, frames // 2, d] for a mel [batch, n_mels, frames], frames <= 3000.
+
+    For 3000 frames this is the model's own encoder; for fewer it is the same computation
+    with the positional embedding cut to the positions present (openai-whisper's encoder
+    asserts a full window)."""
+    encoder = model.encoder
+    with torch.inference_mode():
+        if mel.shape[-1] == N_FRAMES:
+            return encoder(mel)
+        x = F.gelu(encoder.conv1(mel))
+        x = F.gelu(encoder.conv2(x))
+        x = x.permute(0, 2, 1)
+        x = (x + encoder.positional_embedding[: x.shape[1]]).to(x.dtype)
+        for block in encoder.blocks:
+            x = block(x)
+        return encoder.ln_post(x)
