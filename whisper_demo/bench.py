@@ -301,7 +301,9 @@ def target_checks(summaries: List[Summary], beam_size: int) -> List[dict]:
 def eval_dev_wer(model, eval_dir: Path, beam_size: int) -> Dict[str, float]:
     """Word error rate of the exact and the int8 mode over every recording of `eval_dir`
     (manifest.jsonl: audio, reference, language): all edits over all reference words,
-    normalised. The language is given (a multilingual model would otherwise detect it)."""
+    normalised. The language is given (a multilingual model would otherwise detect it), and
+    windows that fail are retried at higher temperatures as openai-whisper's transcribe does
+    (seeded): without it base's greedy decodes loop on some clips (136 % WER, both modes)."""
     items = [json.loads(line) for line in (eval_dir / "manifest.jsonl").read_text().splitlines() if line.strip()]
     edits = {"exact": 0, "int8": 0}
     total = 0
@@ -309,8 +311,10 @@ def eval_dev_wer(model, eval_dir: Path, beam_size: int) -> Dict[str, float]:
         audio = load_audio(eval_dir / item["audio"], max_seconds=None)
         total += len(words(item["reference"]))
         for precision in edits:
-            text = transcribe(model, audio, DecodeOptions(beam_size=beam_size, precision=precision,
-                                                          language=item.get("language"))).text
+            torch.manual_seed(0)  # the fallback's sampling: the same draws for both modes
+            text = transcribe(model, audio, DecodeOptions(
+                beam_size=beam_size, precision=precision, language=item.get("language"),
+                temperature_fallback=True)).text
             edits[precision] += word_edits(text, item["reference"])
     return {"clips": len(items), **{p: e / max(1, total) for p, e in edits.items()}}
 
@@ -480,7 +484,8 @@ def main(argv=None) -> int:
         eval_wer = eval_dev_wer(model, Path(args.eval_dev), args.beam_size)
         gap = (eval_wer["int8"] - eval_wer["exact"]) * 100
         eval_wer["met"] = gap <= WER_TARGET_POINTS
-        print(f"WER {Path(args.eval_dev).name} ({eval_wer['clips']} clips, beam {args.beam_size}): "
+        print(f"WER {Path(args.eval_dev).name} ({eval_wer['clips']} clips, beam {args.beam_size}, "
+              f"temperature fallback): "
               f"exact {eval_wer['exact']:.1%}  int8 {eval_wer['int8']:.1%}")
         print(f"target: fast WER - exact WER = {gap:+.1f} points (target <= {WER_TARGET_POINTS}) "
               f"{'met' if eval_wer['met'] else 'NOT met'}")
