@@ -5,23 +5,25 @@ buffers the caller owns instead of through module hooks. A runner is built once 
 (model, precision) and shared by every decode: it holds weights, never per-decode state.
 
 Precision:
-- "exact": the model's own weights. Tokens equal openai-whisper's. The only change is the
-  layout of the tied vocabulary projection (see below).
-- "int8": the vocabulary projection as a dynamically quantized int8 matmul (int8
-  weights, the activation quantized per call). A decoder step is bound by reading weights
-  from memory, and this one matrix is 80 MB of tiny.en's ~130 MB per step in float32; int8
-  reads a quarter of that. The 32 small linears of the blocks stay float32: measured here,
-  quantizing the activations on each of their calls cost more than their smaller weights
-  saved. Transcripts may differ slightly from the exact mode's (the benchmark reports WER).
+- "exact": the model's own weights. Tokens equal openai-whisper's (not bit-identical
+  logits: sums run in another order).
+- "int8": the vocabulary projection as a dynamically quantized int8 matmul (fbgemm: int8
+  weights, the activation quantized per call, the fastest here at 1-5 rows). A decoder
+  step is bound by reading weights from memory, and this one matrix is 80 MB of tiny.en's
+  ~130 MB per step in float32; int8 reads a quarter of that. Transcripts may differ
+  slightly from the exact mode's (the benchmark reports WER).
 
-Decoder steps (1-8 rows) on a float32 CPU model go through kernels.PackedLinear when the
-kernels build (a C++ compiler is there): in the exact mode every decoder matrix is kept as
-float16, which holds Whisper's float16-valued weights exactly in half the bytes; in the
-int8 mode the block linears are int8 weight-only (one scale per output) and the vocabulary
-keeps fbgemm's dynamic int8, the fastest here at 1-5 rows. Query, key and value are one
-matmul per layer. Forwards of more rows (a prompt, a draft) keep PyTorch's float32 matmul
-on the model's own weights in the exact mode. Without the kernels, PyTorch's matmuls as
-before. What each measured is in the README ("What we tried").
+A decoder step (1-8 rows) on a float32 CPU model goes through whisper_demo/kernels when
+they build (a C++ compiler is there):
+- exact: every decoder matrix is kept as float16, which holds Whisper's float16-valued
+  weights exactly in half the bytes (kernels.PackedLinear multiplies in float32). Forwards
+  of more rows (a prompt, a draft) keep PyTorch's float32 matmul on the model's own weights.
+- int8: the 32 small linears of the blocks are int8 weight-only (one scale per output; with
+  torch's dynamic quantization they cost more than they saved, the activation quantized on
+  every call), and the cross-attention K/V are float16, read by kernels.attend.
+Query, key and value are one matmul per layer in every case. Without the kernels, PyTorch's
+float32 matmuls (the layout of the tied vocabulary projection aside, see below), the same
+tokens. What each measured is in the README ("What we tried").
 """
 
 import math
