@@ -32,7 +32,7 @@ def test_quick_benchmark_writes_table_json_and_chart(tmp_path, capsys):
     for name in contenders:
         assert by_name[name]["tokens"] > 3 and by_name[name]["decode_ms"] > 0, name
     for key, value in report["ratios"].items():
-        assert f"{key:<40}{value:6.2f}" in printed
+        assert f"{key:<46}{value:6.2f}" in printed
     # the ratio printed is the two decoder times' ratio
     assert report["ratios"]["cache speedup (off / static)"] == (
         by_name["off"]["decode_ms"] / by_name["static"]["decode_ms"])

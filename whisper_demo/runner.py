@@ -5,14 +5,25 @@ buffers the caller owns instead of through module hooks. A runner is built once 
 (model, precision) and shared by every decode: it holds weights, never per-decode state.
 
 Precision:
-- "exact": the model's own weights. Tokens equal openai-whisper's. The only change is the
-  layout of the tied vocabulary projection (see below).
-- "int8": the vocabulary projection as a dynamically quantized int8 matmul (int8
-  weights, the activation quantized per call). A decoder step is bound by reading weights
-  from memory, and this one matrix is 80 MB of tiny.en's ~130 MB per step in float32; int8
-  reads a quarter of that. The 32 small linears of the blocks stay float32: measured here,
-  quantizing the activations on each of their calls cost more than their smaller weights
-  saved. Transcripts may differ slightly from the exact mode's (the benchmark reports WER).
+- "exact": the model's own weights. Tokens equal openai-whisper's (not bit-identical
+  logits: sums run in another order).
+- "int8": the vocabulary projection as a dynamically quantized int8 matmul (fbgemm: int8
+  weights, the activation quantized per call, the fastest here at 1-5 rows). A decoder
+  step is bound by reading weights from memory, and this one matrix is 80 MB of tiny.en's
+  ~130 MB per step in float32; int8 reads a quarter of that. Transcripts may differ
+  slightly from the exact mode's (the benchmark reports WER).
+
+A decoder step (1-8 rows) on a float32 CPU model goes through whisper_demo/kernels when
+they build (a C++ compiler is there):
+- exact: every decoder matrix is kept as float16, which holds Whisper's float16-valued
+  weights exactly in half the bytes (kernels.PackedLinear multiplies in float32). Forwards
+  of more rows (a prompt, a draft) keep PyTorch's float32 matmul on the model's own weights.
+- int8: the 32 small linears of the blocks are int8 weight-only (one scale per output; with
+  torch's dynamic quantization they cost more than they saved, the activation quantized on
+  every call), and the cross-attention K/V are float16, read by kernels.attend.
+Query, key and value are one matmul per layer in every case. Without the kernels, PyTorch's
+float32 matmuls (the layout of the tied vocabulary projection aside, see below), the same
+tokens. What each measured is in the README ("What we tried").
 """
 
 import math
@@ -26,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from whisper.model import Whisper
 
+from . import kernels
 from .events import PRECISIONS
 
 Linear = Callable[[Tensor], Tensor]
@@ -48,16 +60,58 @@ def int8_linear(weight: Tensor) -> Linear:
     return quantized
 
 
-class BlockWeights:
-    """The maps of one decoder block, as functions of a tensor."""
+# Rows up to which a forward's float32 linears use the packed kernels in the exact mode;
+# more rows (a prompt, a draft) are a real matrix product, where MKL's float32 wins.
+PACKED_MAX_ROWS = 8
 
-    def __init__(self, block):
+
+def step_linear(weight: Tensor, bias: Optional[Tensor], kind: Optional[str]) -> Linear:
+    """x -> x @ weight.T + bias: packed (kind "f16" or "i8") for the few rows of a step,
+    PyTorch's F.linear otherwise (kind None, or many rows in "f16")."""
+    if kind is None:
+        return lambda x: F.linear(x, weight, bias)
+    packed = kernels.PackedLinear(weight, bias, kind)
+    if kind == "i8":  # int8 always packed: a row gives the same numbers in any batch
+        return packed
+
+    def apply(x: Tensor) -> Tensor:
+        if x.numel() <= PACKED_MAX_ROWS * x.shape[-1]:
+            return packed(x)
+        return F.linear(x, weight, bias)
+    return apply
+
+
+def layer_norm(module: nn.LayerNorm) -> Linear:
+    """openai-whisper's LayerNorm (float32 inside, the input's dtype out) without the module
+    call: 12 per step for tiny.en, a few microseconds each."""
+    shape, weight, bias, eps = module.normalized_shape, module.weight, module.bias, module.eps
+
+    def apply(x: Tensor) -> Tensor:
+        if x.dtype == torch.float32:
+            return F.layer_norm(x, shape, weight, bias, eps)
+        return F.layer_norm(x.float(), shape, weight.float(), bias.float(), eps).to(x.dtype)
+    return apply
+
+
+class BlockWeights:
+    """The maps of one decoder block, as functions of a tensor. `kind`: None (PyTorch's
+    float32 matmuls), "f16" or "i8" (kernels.PackedLinear for the few rows of a step)."""
+
+    def __init__(self, block, kind: Optional[str] = None):
         attn, cross = block.attn, block.cross_attn
         self.query, self.key, self.value, self.out = map(linear, (attn.query, attn.key, attn.value, attn.out))
         self.cross_query, self.cross_out = linear(cross.query), linear(cross.out)
         self.cross_key, self.cross_value = linear(cross.key), linear(cross.value)
         self.mlp_in, self.mlp_out = linear(block.mlp[0]), linear(block.mlp[2])
-        self.attn_ln, self.cross_attn_ln, self.mlp_ln = block.attn_ln, block.cross_attn_ln, block.mlp_ln
+        self.attn_ln, self.cross_attn_ln, self.mlp_ln = map(layer_norm, (block.attn_ln, block.cross_attn_ln, block.mlp_ln))
+        # query, key and value as one matmul (key has no bias in Whisper: zeros there)
+        qkv_weight = torch.cat([attn.query.weight, attn.key.weight, attn.value.weight]).detach()
+        qkv_bias = torch.cat([attn.query.bias, torch.zeros_like(attn.query.bias), attn.value.bias]).detach()
+        self.qkv = step_linear(qkv_weight, qkv_bias, kind)
+        if kind is not None:
+            self.out, self.cross_query, self.cross_out, self.mlp_in, self.mlp_out = (
+                step_linear(layer.weight.detach(), layer.bias.detach(), kind)
+                for layer in (attn.out, cross.query, cross.out, block.mlp[0], block.mlp[2]))
 
 
 class DecoderRunner:
@@ -73,10 +127,17 @@ class DecoderRunner:
         self.d_model = model.dims.n_text_state
         self.token_embedding = decoder.token_embedding.weight
         self.positional_embedding = decoder.positional_embedding
-        self.blocks = [BlockWeights(block) for block in decoder.blocks]
+        packed = (model.device.type == "cpu" and self.token_embedding.dtype == torch.float32
+                  and kernels.available())
+        self.kind = ("i8" if precision == "int8" else "f16") if packed else None
+        self.blocks = [BlockWeights(block, self.kind) for block in decoder.blocks]
         self.ln = decoder.ln
         if precision == "int8":
             self.project = int8_linear(self.token_embedding)
+        elif packed:
+            # float16 holds the tied embedding exactly: 40 MB a step instead of 80 (tiny.en),
+            # any number of rows (8 at a time), no float32 copy kept
+            self.project = kernels.PackedLinear(self.token_embedding, None, "f16")
         else:
             # The output projection is tied to the embedding ([vocab, d]). `x @ W.T` walks W
             # against its layout; a contiguous [d, vocab] copy makes this, the largest matmul
@@ -96,10 +157,16 @@ class DecoderRunner:
         return x.transpose(1, 2).flatten(start_dim=2)
 
     def cross_keys_values(self, audio_features: Tensor) -> List[Tuple[Tensor, Tensor]]:
-        """Project the encoder output once per window: per layer (K, V), head-split."""
-        return [(self._split_heads(b.cross_key(audio_features)).contiguous(),
-                 self._split_heads(b.cross_value(audio_features)).contiguous())
-                for b in self.blocks]
+        """Project the encoder output once per window: per layer (K, V), head-split.
+        In the int8 mode with the kernels they are kept as float16 (half the bytes a step
+        reads), K in the transposed layout kernels.attend reads (still a [1, heads, 1500,
+        head_dim] view)."""
+        kv = [(self._split_heads(b.cross_key(audio_features)).contiguous(),
+               self._split_heads(b.cross_value(audio_features)).contiguous())
+              for b in self.blocks]
+        if self.kind == "i8":
+            kv = [(kernels.cross_key_layout(k, torch.float16), v.half()) for k, v in kv]
+        return kv
 
     def forward(self, tokens: Tensor, offset: int, self_kv, cross_kv, logit_positions=None,
                 cross_qk: Optional[List[Tensor]] = None, project: bool = True,
@@ -135,9 +202,10 @@ class DecoderRunner:
         for b, (k_cache, v_cache), (k_cross, v_cross) in zip(self.blocks, self_kv, cross_kv):
             # self-attention: write this step's K/V in place, attend over everything so far
             h = b.attn_ln(x)
-            q = self._split_heads(b.query(h))
-            k_cache[:, :, offset:end] = self._split_heads(b.key(h))
-            v_cache[:, :, offset:end] = self._split_heads(b.value(h))
+            q, k, v = b.qkv(h).split(self.d_model, dim=-1)
+            q = self._split_heads(q)
+            k_cache[:, :, offset:end] = self._split_heads(k)
+            v_cache[:, :, offset:end] = self._split_heads(v)
             if self_weights is None:
                 a = F.scaled_dot_product_attention(
                     q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, is_causal=causal)
@@ -150,9 +218,12 @@ class DecoderRunner:
             # query rows of one batch, so the shared K/V are never copied per beam.
             h = b.cross_attn_ln(x)
             q = self._split_heads(b.cross_query(h).reshape(1, n_beams * n_new, -1))
-            if cross_qk is None:
-                a = F.scaled_dot_product_attention(q, k_cross, v_cross)
+            if cross_qk is None and self.kind is not None and kernels.can_attend(q, k_cross, v_cross):
+                a = kernels.attend(q, k_cross, v_cross)  # float16 K/V (int8 mode), any rows
+            elif cross_qk is None:
+                a = F.scaled_dot_product_attention(q, k_cross.to(q.dtype), v_cross.to(q.dtype))
             else:
+                k_cross, v_cross = k_cross.to(q.dtype), v_cross.to(q.dtype)  # float16 in int8 mode
                 qk = (q @ k_cross.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
                 cross_qk.append(qk)
                 a = qk.softmax(dim=-1).to(v_cross.dtype) @ v_cross

@@ -196,6 +196,8 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
     cross_formula = cross_cache_bytes(model, elem)
     cross_measured = event.cross_cache_bytes if event is not None else (
         result.peak_cross_cache_bytes if result is not None else 0)
+    if mode != "off" and elem == 4 and cross_measured == cross_cache_bytes(model, 2):
+        elem, cross_formula = 2, cross_cache_bytes(model, 2)  # the fast mode keeps them float16
     cross_text = (f"2 × {dims.n_text_layer} layers × {dims.n_audio_ctx} frames × "
                   f"{dims.n_text_state} d × {elem} B = {fmt_bytes(cross_formula)}")
     if mode == "off":

@@ -1,0 +1,93 @@
+"""whisper_demo/kernels: the compact-weight matmuls and the attention kernel against
+PyTorch's, and the decoder without them (no compiler) giving the same tokens."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from whisper_demo import kernels
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def test_kernels_build_where_a_compiler_is():
+    # CI installs g++ (scripts/test); elsewhere the fallback below is what runs
+    if IN_CI or kernels.shutil.which("g++"):
+        assert kernels.available(), kernels.unavailable_reason()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 8, 11])
+def test_float16_matmul_is_pytorchs_up_to_float_rounding(rows):
+    if not kernels.available():
+        return  # covered by test_decoder_without_kernels_gives_the_same_tokens
+    torch.manual_seed(0)
+    weight = torch.randn(1000, 384).half().float()  # float16 values, as Whisper's
+    bias = torch.randn(1000)
+    x = torch.randn(rows, 384)
+    packed = kernels.PackedLinear(weight, bias, "f16")
+    out = packed(x)
+    torch.testing.assert_close(out, F.linear(x, weight, bias), rtol=1e-5, atol=1e-4)
+    # a row gives the same numbers alone or in a batch (decode steps vs a draft's forward)
+    assert torch.equal(torch.cat([packed(x[i : i + 1]) for i in range(rows)]), out)
+    assert packed.nbytes < weight.nbytes * 0.55
+
+
+def test_float16_packing_refuses_weights_it_would_change():
+    if not kernels.available():
+        return
+    with pytest.raises(ValueError, match="float16"):
+        kernels.PackedLinear(torch.full((64, 64), 0.1), None, "f16")
+
+
+def test_int8_matmul_is_close_and_row_independent():
+    if not kernels.available():
+        return
+    torch.manual_seed(0)
+    weight, x = torch.randn(500, 384), torch.randn(5, 384)
+    packed = kernels.PackedLinear(weight, None, "i8")
+    out = packed(x)
+    reference = x @ weight.T
+    assert (out - reference).abs().max() < 0.02 * reference.abs().max()
+    assert torch.equal(torch.cat([packed(x[i : i + 1]) for i in range(5)]), out)
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_attention_kernel_is_sdpa(rows, dtype):
+    if not kernels.available():
+        return
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 6, rows, 64), torch.randn(1, 6, 1500, 64), torch.randn(1, 6, 1500, 64)
+    k_stored, v_stored = kernels.cross_key_layout(k, dtype), v.to(dtype).contiguous()
+    assert kernels.can_attend(q, k_stored, v_stored)
+    assert torch.equal(k_stored.float(), k.to(dtype).float())  # a view that still reads as K
+    reference = F.scaled_dot_product_attention(q, k_stored.float(), v_stored.float())
+    torch.testing.assert_close(kernels.attend(q, k_stored, v_stored), reference, rtol=1e-4, atol=1e-5)
+
+
+def test_decoder_without_kernels_gives_the_same_tokens():
+    """WHISPER_KV_NO_KERNELS=1 (as on a machine without a compiler): PyTorch's float32 path,
+    and the exact mode's tokens are the kernels' (and openai-whisper's)."""
+    code = ("import sys; from whisper_demo import kernels; from whisper_demo.models import load_model;"
+            "from whisper_demo.audio import load_audio; from whisper_demo.decode import transcribe;"
+            "from whisper_demo.examples import clip_path;"
+            "from whisper_demo.runner import decoder_runner;"
+            "m = load_model('tiny.en', device='cpu', progress=False);"
+            "print(kernels.available(), decoder_runner(m).kind);"
+            "print(transcribe(m, load_audio(clip_path('jfk.wav'))).tokens)")
+    env = {**os.environ, "WHISPER_KV_NO_KERNELS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=300, check=True)
+    status, tokens = done.stdout.strip().splitlines()[-2:]
+    assert status == "False None"
+    from whisper_demo.audio import load_audio
+    from whisper_demo.decode import transcribe
+    from whisper_demo.examples import clip_path
+    from whisper_demo.models import load_model
+
+    model = load_model("tiny.en", device="cpu", progress=False)
+    assert str(transcribe(model, load_audio(clip_path("jfk.wav"))).tokens) == tokens
