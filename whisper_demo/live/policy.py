@@ -98,7 +98,6 @@ class AgreementPolicy:
     keep_seconds: float = 5.0  # a forced cut keeps this much of the buffer's end uncommitted
     right_context_seconds: float = 0.6  # audio the earlier decode must have heard after a word
     min_vote_seconds: float = 2.0  # an earlier decode of less audio than this gets no vote
-    confirm_context_seconds: float = 0.0  # audio this decode must have heard after a word
     committed: List[TimedWord] = field(default_factory=list)  # the whole session's
     previous: List[TimedWord] = field(default_factory=list)  # last hypothesis, uncommitted part
     _previous_end: float = 0.0  # where the audio of the last hypothesis ended
@@ -133,8 +132,7 @@ class AgreementPolicy:
         # A word at the very end of the audio the previous decode heard may have been cut
         # short or guessed without what follows: its agreement does not count yet. Nor
         # does a previous decode of the first instants of a buffer.
-        heard_until = min(previous_end - self.right_context_seconds,
-                          hyp.buffer_end - self.confirm_context_seconds)
+        heard_until = previous_end - self.right_context_seconds
         if previous_end - hyp.buffer_start < self.min_vote_seconds:
             heard_until = float("-inf")
         while agreed and new[agreed - 1].end > heard_until:

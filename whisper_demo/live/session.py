@@ -75,7 +75,6 @@ class LiveConfig:
     min_new_seconds: float = 0.5  # new audio that makes a re-decode worth running
     right_context_seconds: float = 0.6  # see policy.py, rule 3
     min_vote_seconds: float = 2.0  # see policy.py, rule 3
-    confirm_context_seconds: float = 0.0  # see policy.py, rule 3
     pause_seconds: float = 0.5  # silence after speech that ends an utterance
     min_speech_seconds: float = 0.2  # voiced audio needed before anything is decoded
     long_pause_seconds: float = 1.0  # once all is committed, a pause this long is cut
@@ -142,8 +141,7 @@ class LiveSession:
         self.policy = AgreementPolicy(cut_after_seconds=self.config.cut_after_seconds,
                                       max_buffer_seconds=self.config.max_buffer_seconds,
                                       right_context_seconds=self.config.right_context_seconds,
-                                      min_vote_seconds=self.config.min_vote_seconds,
-                                      confirm_context_seconds=self.config.confirm_context_seconds)
+                                      min_vote_seconds=self.config.min_vote_seconds)
 
         self._lock = threading.Lock()  # guards the audio that waits and its arrival marks
         self._pending: List[np.ndarray] = []
