@@ -253,9 +253,13 @@ def main(argv=None) -> int:
     stream = build_stream(eval_dir if eval_dir.exists() else None, args.min_seconds)
     options = DecodeOptions(cache=args.cache, language=args.language if model.is_multilingual else None)
     offline = transcribe(model, stream.audio, replace(options, word_timestamps=True))
-    offline_words = [(w.text, w.end) for s in offline.segments for w in s.words]
     torch.manual_seed(0)  # the fallback samples at temperatures above 0
-    fallback = transcribe(model, stream.audio, replace(options, temperature_fallback=True))
+    fallback = transcribe(model, stream.audio, replace(options, temperature_fallback=True,
+                                                       word_timestamps=True))
+    # Speech -> commit reads each word's end from the better offline transcript (base's
+    # greedy one loops in a window, and a loop's word times say nothing of the speech).
+    timed = min((offline, fallback), key=lambda r: word_error_rate(r.text, stream.reference))
+    offline_words = [(w.text, w.end) for s in timed.segments for w in s.words]
     options = replace(options, encode_audio_only=args.encode_audio_only)
     config = LiveConfig()
     results = []
