@@ -304,6 +304,28 @@ def test_scripted_session_commits_agreement_prompts_and_cuts():
     assert script.calls[0][1] is None
 
 
+def test_the_decode_that_commits_an_utterance_runs_as_soon_as_the_pause_is_long_enough():
+    # Re-decodes every 1 s of new audio; the speaker stops at ~1.2 s. The decode that
+    # commits the utterance (end of speech) runs once the pause reaches pause_seconds,
+    # at the first chunk past 1.2 + 0.5 s, not at the next 1 s mark (2.2 s).
+    words = [("Hello", 0.1, 0.5), ("there.", 0.6, 1.1)]
+    script = Script(words, words, words)
+    config = LiveConfig(min_new_seconds=1.0, pause_seconds=0.5, min_vote_seconds=0.0)
+    session = LiveSession(script, config, vad=LoudVoice())
+    session.add_samples(loud(1.2))
+    assert drain(session.updates()).new_committed == ""  # one hypothesis: nothing agreed yet
+    commits = {}
+    for k in range(1, 31):  # 3 s of silence in 0.1 s chunks
+        session.add_samples(quiet(0.1))
+        update = drain(session.updates())
+        if update is not None and update.decoded:
+            commits[round(1.2 + 0.1 * k, 1)] = (update.new_committed, update.reason)
+    voice_end = session.vad.last_voice_end / SR  # the end of the last voiced 32 ms frame
+    first_chunk_past_pause = round(np.ceil((voice_end + 0.5) * 10) / 10, 1)
+    assert commits == {first_chunk_past_pause: ("Hello there.", "end of speech")}
+    assert [seconds for seconds, _ in script.calls] == [1.2, first_chunk_past_pause]
+
+
 def test_a_looping_decoder_is_not_believed():
     script = Script(*[[("aaaa" * 30, 0.1, 1.0)]] * 3)
     session = LiveSession(script, LiveConfig(), vad=LoudVoice())

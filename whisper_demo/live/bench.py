@@ -2,7 +2,7 @@
 
     python -m whisper_demo.bench live [--model tiny.en] [--eval-dir ../shared/eval-dev]
                                       [--feeds fast,realtime] [--chunk 0.1] [--min-seconds 180]
-                                      [--twice] [--encode-audio-only]
+                                      [--twice] [--encode-audio-only] [--by-recording]
 
 The stream: every recording of the evaluation folder (manifest.jsonl with references),
 then the package's own example clips, joined with pauses of 0.3-2 s (a fixed seed), and
@@ -41,7 +41,7 @@ from ..decode import transcribe
 from ..events import DecodeOptions
 from ..examples import CLIPS, clip_path, reference_transcripts
 from ..models import DEFAULT_MODEL, load_model
-from ..text import word_error_rate, words as normalized_words
+from ..text import word_edits, word_error_rate, words as normalized_words
 from .session import LiveConfig, LiveSession, LiveUpdate, model_decoder
 
 PACKAGE = Path(__file__).resolve().parent.parent
@@ -49,31 +49,41 @@ DEFAULT_EVAL_DIR = PACKAGE.parent.parent / "shared" / "eval-dev"
 
 
 @dataclass
+class Recording:
+    name: str
+    start: float  # stream seconds
+    end: float  # stream seconds, the pause after it included
+    reference: str
+
+
+@dataclass
 class Stream:
     audio: np.ndarray
     reference: str
     pieces: int
+    recordings: List[Recording] = field(default_factory=list)
 
 
 def build_stream(eval_dir: Optional[Path], min_seconds: float = 180.0, seed: int = 0) -> Stream:
-    clips: List[Tuple[np.ndarray, str]] = []
+    clips: List[Tuple[str, np.ndarray, str]] = []
     if eval_dir is not None and (eval_dir / "manifest.jsonl").exists():
         for line in (eval_dir / "manifest.jsonl").read_text().splitlines():
             item = json.loads(line)
-            clips.append((load_audio(eval_dir / item["audio"]), item["reference"]))
+            clips.append((item.get("id", item["audio"]), load_audio(eval_dir / item["audio"]), item["reference"]))
     references = reference_transcripts()
     for name in CLIPS:
-        clips.append((load_audio(clip_path(name)), references[name]))
+        clips.append((name, load_audio(clip_path(name)), references[name]))
     rng = random.Random(seed)
-    parts, texts, seconds, count = [], [], 0.0, 0
-    while seconds < min_seconds:
-        for audio, reference in clips:
+    parts, recordings, samples = [], [], 0
+    while samples < min_seconds * SAMPLE_RATE:
+        for name, audio, reference in clips:
             pause = np.zeros(int(rng.uniform(0.3, 2.0) * SAMPLE_RATE), dtype=np.float32)
             parts += [audio, pause]
-            texts.append(reference)
-            seconds += (audio.size + pause.size) / SAMPLE_RATE
-            count += 1
-    return Stream(np.concatenate(parts), " ".join(t for t in texts if t), count)
+            recordings.append(Recording(name, samples / SAMPLE_RATE,
+                                        (samples + audio.size + pause.size) / SAMPLE_RATE, reference))
+            samples += audio.size + pause.size
+    reference = " ".join(r.reference for r in recordings if r.reference)
+    return Stream(np.concatenate(parts), reference, len(recordings), recordings)
 
 
 @dataclass
@@ -81,17 +91,20 @@ class FeedResult:
     feed: str
     committed: str
     commit_times: List[float]  # per committed word: stream seconds (fast) or wall seconds (realtime) at commit
+    commit_rules: List[str]  # per committed word: the policy rule that committed it
     first_token_ms: List[float]
     decodes: int
     encoder_ms: float
     decode_ms: float
     wall_seconds: float
     draft: Dict[str, int] = field(default_factory=dict)
+    words: List[Tuple[str, float, float]] = field(default_factory=list)  # committed, stream times
 
 
 def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
-    new = len(update.committed.split()) - len(result.commit_times)
-    result.commit_times += [now] * max(0, new)
+    new = max(0, len(update.committed.split()) - len(result.commit_times))
+    result.commit_times += [now] * new
+    result.commit_rules += [update.reason.split(";")[0] or "commit"] * new
     result.committed = update.committed
     if update.decoded and update.result is not None:
         result.encoder_ms += update.result.encoder_ms
@@ -104,7 +117,7 @@ def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
 
 def feed_fast(model, options, stream: Stream, chunk_s: float, config: LiveConfig) -> FeedResult:
     session = LiveSession(model_decoder(model, options), config)
-    result = FeedResult("fast", "", [], [], 0, 0.0, 0.0, 0.0)
+    result = FeedResult("fast", "", [], [], [], 0, 0.0, 0.0, 0.0)
     step = int(chunk_s * SAMPLE_RATE)
     started = time.perf_counter()
     for start in range(0, stream.audio.size, step):
@@ -118,12 +131,13 @@ def feed_fast(model, options, stream: Stream, chunk_s: float, config: LiveConfig
             _record(item, stream.audio.size / SAMPLE_RATE, result)
     result.wall_seconds = time.perf_counter() - started
     result.decodes = session.stats().decodes
+    result.words = [(w.text, w.start, w.end) for w in session.policy.committed]
     return result
 
 
 def feed_realtime(model, options, stream: Stream, chunk_s: float, config: LiveConfig) -> FeedResult:
     session = LiveSession(model_decoder(model, options), config)
-    result = FeedResult("realtime", "", [], [], 0, 0.0, 0.0, 0.0)
+    result = FeedResult("realtime", "", [], [], [], 0, 0.0, 0.0, 0.0)
     step = int(chunk_s * SAMPLE_RATE)
     fed = threading.Event()
     t0 = time.monotonic()
@@ -151,29 +165,48 @@ def feed_realtime(model, options, stream: Stream, chunk_s: float, config: LiveCo
     result.first_token_ms = list(session._first_token_ms)
     result.decodes = stats.decodes
     result.wall_seconds = time.monotonic() - t0
+    result.words = [(w.text, w.start, w.end) for w in session.policy.committed]
     return result
 
 
-def phrases_committed_twice(committed: str, offline: str) -> int:
+def phrases_committed_twice(committed: str, offline: str, reference: Optional[str] = None) -> int:
     """Phrases of two words or more that the live text has right after themselves where
     the offline transcript of the same audio has them once: the same audio committed
     twice. Found on the alignment of the two (normalised) word sequences, so that a
-    phrase the speaker really repeats (in the offline text too) does not count."""
-    live, ref = normalized_words(committed), normalized_words(offline)
-    count = 0
-    matcher = difflib.SequenceMatcher(None, ref, live, autojunk=False)
+    phrase the speaker really repeats (in the offline text too) does not count. With the
+    reference, a repeat it has too is not counted either: the speaker said it twice and
+    the offline decode left one out ("forced, uh, um, forced")."""
+    live = normalized_words(committed)
+    repeats = _repeats_absent_from(normalized_words(offline), live)
+    if reference is not None:
+        in_reference_too = _repeats_absent_from(normalized_words(reference), live)
+        repeats = [(a, b) for a, b in repeats if any(a < d and c < b for c, d in in_reference_too)]
+    return len(repeats)
+
+
+def _repeats_absent_from(other: List[str], live: List[str]) -> List[Tuple[int, int]]:
+    """Spans [start, end) of `live` made of a phrase and its copy right after it, where the
+    alignment with `other` says the copy is not in `other`."""
+    spans = []
+    matcher = difflib.SequenceMatcher(None, other, live, autojunk=False)
     for tag, _, _, j1, j2 in matcher.get_opcodes():
         if tag not in ("insert", "replace"):
             continue
-        for n in range(j2 - j1, 1, -1):  # the inserted words start by repeating what precedes
+        for n in range(j2 - j1, 1, -1):
+            # the inserted words open by repeating what precedes them, or (the aligner may
+            # place the copy first) close by repeating what follows them
             if j1 - n >= 0 and live[j1:j1 + n] == live[j1 - n:j1]:
-                count += 1
+                spans.append((j1 - n, j1 + n))
                 break
-    return count
+            if live[j2 - n:j2] == live[j2:j2 + n]:
+                spans.append((j2 - n, j2 + n))
+                break
+    return spans
 
 
-def speech_to_commit(result: FeedResult, offline_words: List[Tuple[str, float]]) -> List[float]:
-    """Per committed word matched to an offline word: commit time - the word's end in the audio."""
+def speech_to_commit(result: FeedResult, offline_words: List[Tuple[str, float]]) -> List[Tuple[float, str]]:
+    """Per committed word matched to an offline word: (commit time - the word's end in the
+    audio, the rule that committed it)."""
     live = [w for w in result.committed.split()]
     live_norm = [" ".join(normalized_words(w)) for w in live]
     off_norm = [" ".join(normalized_words(w)) for w, _ in offline_words]
@@ -183,8 +216,34 @@ def speech_to_commit(result: FeedResult, offline_words: List[Tuple[str, float]])
         for k in range(block.size):
             i, j = block.a + k, block.b + k
             if i < len(result.commit_times) and live_norm[i]:
-                latencies.append(result.commit_times[i] - offline_words[j][1])
+                latencies.append((result.commit_times[i] - offline_words[j][1], result.commit_rules[i]))
     return latencies
+
+
+def errors_by_recording(stream: Stream, words: List[Tuple[str, float, float]]) -> List[int]:
+    """Word errors per recording of the stream, each word placed in the recording where
+    the middle of it falls (roughly: a word's times may stray over a pause)."""
+    counts = []
+    for rec in stream.recordings:
+        said = " ".join(text for text, start, end in words if rec.start <= (start + end) / 2 < rec.end)
+        counts.append(word_edits(said, rec.reference))
+    return counts
+
+
+def by_recording_table(stream: Stream, offline_words, results: List[FeedResult]) -> str:
+    """The recordings where the live feeds and the offline decode make different numbers of
+    errors, and the totals: where a whole-stream WER difference comes from."""
+    columns = [("offline", errors_by_recording(stream, offline_words))]
+    columns += [(r.feed, errors_by_recording(stream, r.words)) for r in results]
+    lines = ["word errors by recording (words placed by time): " + ", ".join(
+        f"{name} {sum(counts)}" for name, counts in columns) + " of "
+        f"{sum(len(normalized_words(r.reference)) for r in stream.recordings)} reference words"]
+    for i, rec in enumerate(stream.recordings):
+        row = [counts[i] for _, counts in columns]
+        if len(set(row)) > 1:
+            lines.append(f"  {rec.name:<28} {len(normalized_words(rec.reference)):>3} words  " + "  ".join(
+                f"{name} {n}" for (name, _), n in zip(columns, row)))
+    return "\n".join(lines)
 
 
 def pct(values, q) -> float:
@@ -205,15 +264,22 @@ def report(model_name: str, stream: Stream, offline_text: str, offline_words, re
               f"{'p95':>5} {'decodes/s':>9} {'enc share':>9} {'wall s':>7}")
     lines += [header, "-" * len(header)]
     for r in results:
-        commit = speech_to_commit(r, offline_words)
+        commit = [seconds for seconds, _ in speech_to_commit(r, offline_words)]
         first = f"{pct(r.first_token_ms, 50):.0f}/{pct(r.first_token_ms, 95):.0f}" if r.first_token_ms else "-"
         share = r.encoder_ms / (r.encoder_ms + r.decode_ms) if r.decode_ms else 0.0
         lines.append(
             f"{r.feed:<9} {100 * word_error_rate(r.committed, stream.reference):5.1f}% "
-            f"{phrases_committed_twice(r.committed, offline_text):>5} {first:>11} {pct(commit, 50):>10.2f} "
+            f"{phrases_committed_twice(r.committed, offline_text, stream.reference):>5} {first:>11} {pct(commit, 50):>10.2f} "
             f"{pct(commit, 95):>5.2f} {r.decodes / seconds:>9.2f} {share:>9.0%} {r.wall_seconds:>7.1f}")
     lines.append("fast: commit times in stream seconds (the algorithm's delay, no compute); "
                  "realtime: wall seconds on this machine")
+    for r in results:
+        by_rule: Dict[str, List[float]] = {}
+        for seconds, rule in speech_to_commit(r, offline_words):
+            by_rule.setdefault(rule, []).append(seconds)
+        lines.append(f"{r.feed}: speech -> commit by rule: " + "; ".join(
+            f"{rule} {len(v)} words, {pct(v, 50):.2f}/{pct(v, 95):.2f} s"
+            for rule, v in sorted(by_rule.items(), key=lambda kv: -len(kv[1]))))
     for r in results:
         d = r.draft
         if r.decodes and d:
@@ -243,6 +309,9 @@ def main(argv=None) -> int:
     parser.add_argument("--encode-audio-only", action="store_true",
                         help="live decodes encode only the buffer's audio (whisper.cpp's audio_ctx, "
                              "see encoder.py) instead of a 30 s window")
+    parser.add_argument("--by-recording", action="store_true",
+                        help="also print word errors per recording (offline greedy and each feed) "
+                             "where they differ: where a whole-stream WER difference comes from")
     args = parser.parse_args(argv)
 
     import torch
@@ -277,6 +346,9 @@ def main(argv=None) -> int:
             parser.error(f"unknown feed {feed!r}")
     encoder = "the buffer's audio only (+ margin)" if args.encode_audio_only else "30 s window"
     print(report(args.model, stream, offline.text, offline_words, results, fallback.text, encoder))
+    if args.by_recording:
+        greedy_words = [(w.text, w.start, w.end) for s in offline.segments for w in s.words]
+        print(by_recording_table(stream, greedy_words, results))
     return 0
 
 

@@ -14,9 +14,12 @@ of either. What is final is the policy's call (policy.py); this module only feed
 
 * Audio arrives on any thread and waits in a pending list; the voice detector scores it
   when a re-decode takes it (on the decoding thread).
-* A re-decode runs when `min_new_seconds` of audio came since the last one. Nothing is
-  decoded while the buffer holds no speech (silence is trimmed to a short lead-in), nor
-  when no new speech came and every word heard is committed.
+* A re-decode runs when `min_new_seconds` of audio came since the last one, or as soon
+  as the speaker has paused for `pause_seconds` after words not yet committed: that
+  decode commits the utterance (policy rule 4), so it does not wait for the next
+  `min_new_seconds` mark. Nothing is decoded while the buffer holds no speech (silence
+  is trimmed to a short lead-in), nor when no new speech came and every word heard is
+  committed.
 * The prompt is the committed text said before the buffer, as openai-whisper's transcribe
   conditions each window on the text before it.
 * The buffer is cut where the policy allows it, moved into the pause that follows when
@@ -227,10 +230,11 @@ class LiveSession:
         return self._buffer.size / SAMPLE_RATE
 
     def ready(self) -> bool:
-        """Enough new audio for a re-decode (cheap; any thread)."""
+        """Audio came that updates() has not looked at yet (cheap; any thread). Whether
+        it makes a re-decode worth running is updates()' call: only the voice detector,
+        which runs on the decoding thread, knows whether the speaker paused."""
         with self._lock:
-            new = self._received - self._decoded_to
-        return not self.finished and new >= self.config.min_new_seconds * SAMPLE_RATE
+            return not self.finished and self._pending_samples > 0
 
     def idle_seconds(self) -> float:
         return self.clock() - self.last_activity
@@ -273,10 +277,25 @@ class LiveSession:
     # ------------------------------------------------------------------ decoding (one thread)
 
     def updates(self) -> Iterator[Union[TokenEvent, LiveUpdate]]:
-        """Re-decode if enough new audio arrived: TokenEvents, then one LiveUpdate."""
-        if not self.ready():
+        """Re-decode if it is due: TokenEvents, then one LiveUpdate; nothing otherwise."""
+        if self.finished:
             return
-        yield from self._step(final=False)
+        self._take_pending()
+        if self._due():
+            yield from self._step(final=False)
+
+    def _due(self) -> bool:
+        """Enough new audio since the last re-decode, or the pause that ends an utterance
+        has just become long enough (and there is something to commit)."""
+        end = self._offset + self._buffer.size
+        if end - self._decoded_to >= self.config.min_new_seconds * SAMPLE_RATE:
+            return True
+        pause = int(self.config.pause_seconds * SAMPLE_RATE)
+        voice_end = self.vad.last_voice_end
+        unheard_speech = voice_end > self._decoded_to
+        # the last re-decode ran before this pause was long enough to count as one
+        pause_new = self._decoded_to - voice_end < pause <= end - voice_end
+        return pause_new and (unheard_speech or bool(self._tentative))
 
     def finish(self) -> Iterator[Union[TokenEvent, LiveUpdate]]:
         """Decode what is left and commit all of it. The session takes no more decodes."""

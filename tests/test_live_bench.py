@@ -1,0 +1,39 @@
+"""The live benchmark's measures (whisper_demo/live/bench.py), on tables: what counts as a
+phrase committed twice, and how speech -> commit is read from word times."""
+
+import pytest
+
+from whisper_demo.live.bench import FeedResult, phrases_committed_twice, speech_to_commit
+
+pytestmark = pytest.mark.quick
+
+
+def test_a_phrase_committed_right_after_itself_counts_once():
+    offline = "ask not what your country can do for you"
+    assert phrases_committed_twice("ask not what your country what your country can do for you", offline) == 1
+    assert phrases_committed_twice(offline, offline) == 0
+
+
+def test_a_phrase_the_offline_transcript_also_repeats_does_not_count():
+    said_twice = "we shall fight we shall fight on the beaches"
+    assert phrases_committed_twice(said_twice, said_twice) == 0
+    # a single repeated word is a slip, not a phrase committed twice
+    assert phrases_committed_twice("the the cat sat", "the cat sat") == 0
+
+
+def test_speech_to_commit_pairs_each_committed_word_with_its_end_in_the_audio():
+    result = FeedResult("fast", "Hello, there big world.", [2.0, 2.0, 3.5, 3.5],
+                        ["end of speech"] * 2 + ["two decodes agreed"] * 2, [], 0, 0.0, 0.0, 0.0)
+    offline_words = [(" hello", 0.5), (" there", 1.0), (" world", 3.0)]  # "big" is not offline
+    assert speech_to_commit(result, offline_words) == [
+        (1.5, "end of speech"), (1.0, "end of speech"), (0.5, "two decodes agreed")]
+
+
+def test_a_repeat_the_speaker_made_is_not_counted_even_when_offline_left_it_out():
+    reference = "we shall fight uh we shall fight on the beaches"
+    offline = "we shall fight on the beaches"
+    live = "we shall fight um we shall fight on the beaches"  # the normaliser drops uh and um
+    assert phrases_committed_twice(live, offline) == 1
+    assert phrases_committed_twice(live, offline, reference) == 0
+    # a real double commit is in neither the offline text nor the reference
+    assert phrases_committed_twice(live, offline, offline) == 1
