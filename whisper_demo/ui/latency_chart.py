@@ -10,13 +10,10 @@ panel's badge, so a run's badge and its line have the same colour. Pandas only: 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Sequence
+from typing import Dict, Sequence
 
 import numpy as np
 import pandas as pd
-
-if TYPE_CHECKING:
-    from .panel import WindowStats
 
 
 # One colour per cache mode, used by the chart and the panel's badge alike.
@@ -67,9 +64,11 @@ WINDOW_MARK_COLOR = "#94a3b8"
 MAX_MARKED_WINDOWS = 60  # 30 min of audio; later windows go unmarked (the chart's colours are fixed)
 
 
-def window_marks(windows: Sequence["WindowStats"], top: float) -> pd.DataFrame:
+def window_marks(windows: Sequence, top: float) -> pd.DataFrame:
     """Rows for the latency chart that draw a vertical line (0 to `top` ms) at the first step
-    of each window after the first: where the cache was refilled from the prompt."""
+    of each window after the first: where the cache was refilled from the prompt.
+    windows: a run's panel.WindowStats (only .window and .first_step are read; typed loosely
+    so that this module does not import the panel that imports it)."""
     first_steps = {}
     for w in windows:  # a retried window (fallback) keeps the mark of its first attempt
         first_steps.setdefault(w.window, w.first_step)
