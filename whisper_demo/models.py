@@ -52,7 +52,7 @@ _convert_lock = threading.Lock()
 
 
 # ---------------------------------------------------------------------------------------
-# Where things are
+# Where converted checkpoints (and kernels/) are cached
 
 
 def cache_dir() -> Path:
