@@ -14,8 +14,9 @@ Reported: median and min over repeats of ms per token (mean, first 10 % and last
 positions), total decode time, encoder time, peak cache bytes, peak RSS of each contender
 alone (a fresh process that loads only what it needs and decodes once), and whether the
 tokens equal our static mode's. Ratios are the point: they are measured in one run, side by
-side; the issue's targets are printed with them. --eval-dev adds the word error rate of the
-exact and the fast (int8) mode on a folder of recordings (manifest.jsonl with references).
+side; the issue's targets are printed with them (bench_report.py: the table, the ratios, the
+targets and the chart). --eval-dev adds the word error rate of the exact and the fast (int8)
+mode on a folder of recordings (manifest.jsonl with references).
 """
 
 import os
@@ -34,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
@@ -45,6 +46,9 @@ import whisper
 from whisper.audio import N_FRAMES, N_SAMPLES
 
 from .audio import load_audio
+from .bench_report import (
+    WER_TARGET_POINTS, Summary, plot, print_ratios, print_table, print_targets, ratios, target_checks,
+)
 from .decode import transcribe
 from .events import DecodeOptions
 from .examples import clip_path, reference_transcripts
@@ -55,17 +59,6 @@ DEFAULT_AUDIO = clip_path("speech_25s.wav")
 DEFAULT_EVAL_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "eval-dev"
 CONTENDERS = ("static", "hooks", "off", "static int8", "whisper.decode",
               "ctranslate2 float32", "ctranslate2 int8")
-
-# The issue's targets (issue 12): (label, numerator, denominator, column, beam sizes, at most)
-TARGETS = (
-    ("exact greedy / CT2 float32", "static", "ctranslate2 float32", "ms_per_token", (1,), 0.9),
-    ("exact greedy / whisper.decode", "static", "whisper.decode", "ms_per_token", (1,), 0.5),
-    ("exact beam / CT2 float32", "static", "ctranslate2 float32", "ms_per_token", "beam", 1.0),
-    ("fast greedy / CT2 int8", "static int8", "ctranslate2 int8", "ms_per_token", (1,), 0.9),
-    ("fast beam / CT2 int8", "static int8", "ctranslate2 int8", "ms_per_token", "beam", 0.9),
-    ("exact encoder / CT2 float32 encoder", "static", "ctranslate2 float32", "encoder_ms", "any", 1.0),
-)
-WER_TARGET_POINTS = 0.5  # the fast mode's WER at most this many points above the exact mode's
 
 
 @dataclass
@@ -78,22 +71,6 @@ class Run:
     encoder_ms: float
     cache_bytes: int
     rss_bytes: int
-
-
-@dataclass
-class Summary:
-    name: str
-    tokens: int
-    ms_per_token: float  # median over repeats of the mean
-    ms_per_token_min: float
-    first10_ms: Optional[float]
-    last10_ms: Optional[float]
-    decode_ms: float
-    encoder_ms: float
-    peak_cache_bytes: int
-    peak_rss_bytes: int
-    same_tokens: Optional[bool]
-    curve_ms: List[float] = field(default_factory=list)  # per-position median, for the chart
 
 
 # --- contenders -------------------------------------------------------------------------
@@ -235,42 +212,6 @@ def measure(contenders: Dict[str, Callable[[], Run]], repeats: int) -> Dict[str,
     return runs
 
 
-def print_table(summaries: List[Summary], out=None):
-    out = out or sys.stdout
-    header = (f"{'contender':<22}{'tokens':>7}{'ms/tok':>8}{'min':>7}{'first10%':>9}{'last10%':>8}"
-              f"{'decode ms':>10}{'enc ms':>8}{'cache MB':>9}{'RSS MB':>8}  same")
-    print(header, file=out)
-    print("-" * len(header), file=out)
-    fmt = lambda v: "-" if v is None else f"{v:.1f}"
-    for s in summaries:
-        same = "-" if s.same_tokens is None else ("yes" if s.same_tokens else "NO")
-        print(f"{s.name:<22}{s.tokens:>7}{s.ms_per_token:>8.1f}{s.ms_per_token_min:>7.1f}"
-              f"{fmt(s.first10_ms):>9}{fmt(s.last10_ms):>8}{s.decode_ms:>10.0f}{s.encoder_ms:>8.0f}"
-              f"{s.peak_cache_bytes / 2**20:>9.1f}{s.peak_rss_bytes / 2**20:>8.0f}  {same}", file=out)
-
-
-def ratios(summaries: List[Summary]) -> Dict[str, float]:
-    by = {s.name: s for s in summaries}
-    out = {}
-
-    def ratio(key, a, b, field="ms_per_token"):
-        if a in by and b in by and getattr(by[b], field):
-            out[key] = getattr(by[a], field) / getattr(by[b], field)
-    ratio("static / whisper.decode", "static", "whisper.decode")
-    ratio("static int8 / ctranslate2 int8", "static int8", "ctranslate2 int8")
-    ratio("static int8 / whisper.decode", "static int8", "whisper.decode")
-    ratio("static / ctranslate2 float32", "static", "ctranslate2 float32")
-    ratio("static / ctranslate2 int8", "static", "ctranslate2 int8")
-    ratio("cache speedup (off / static)", "off", "static", "decode_ms")
-    ratio("hooks / static", "hooks", "static")
-    ratio("static encoder / ctranslate2 float32 encoder", "static", "ctranslate2 float32", "encoder_ms")
-    if "static" in by and by["static"].first10_ms:
-        out["static flatness (last10% / first10%)"] = by["static"].last10_ms / by["static"].first10_ms
-    if "off" in by and by["off"].first10_ms:
-        out["off rise (last10% / first10%)"] = by["off"].last10_ms / by["off"].first10_ms
-    return out
-
-
 def word_error_rates(model, beam_size: int) -> Dict[str, Dict[str, float]]:
     """Exact and int8 transcripts of every example clip against its reference."""
     references = reference_transcripts()
@@ -281,21 +222,6 @@ def word_error_rates(model, beam_size: int) -> Dict[str, Dict[str, float]]:
         rates[clip] = {p: word_error_rate(transcribe(model, audio, DecodeOptions(
             beam_size=beam_size, precision=p)).text, reference) for p in precisions}
     return rates
-
-
-def target_checks(summaries: List[Summary], beam_size: int) -> List[dict]:
-    """The issue's targets that this run's beam size and contenders can show."""
-    by = {s.name: s for s in summaries}
-    checks = []
-    for label, a, b, column, beams, most in TARGETS:
-        applies = beams == "any" or (beam_size > 1 if beams == "beam" else beam_size in beams)
-        if not applies or a not in by or b not in by or not getattr(by[b], column):
-            continue
-        value = getattr(by[a], column) / getattr(by[b], column)
-        if beams == "beam":
-            label = label.replace("beam", f"beam {beam_size}")
-        checks.append({"target": label, "ratio": value, "at_most": most, "met": value <= most})
-    return checks
 
 
 def eval_dev_wer(model, eval_dir: Path, beam_size: int) -> Dict[str, float]:
@@ -369,29 +295,6 @@ def make_contenders(names, args, audio, mel, model=None) -> Dict[str, Callable[[
         contenders.update(ctranslate2_contenders(args.model, mel, args.beam_size, args.threads,
                                                  features, tuple(ct2), args.device))
     return {n: contenders[n] for n in names if n in contenders}
-
-
-def plot(summaries: List[Summary], path: Path, title: str):
-    import matplotlib
-    matplotlib.use("Agg")  # no screen needed
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(10, 4.5), dpi=110)
-    for i, s in enumerate(summaries):
-        if s.curve_ms:
-            ax.plot(range(len(s.curve_ms)), s.curve_ms, label=s.name, linewidth=1.6, color=f"C{i}")
-        else:  # engines that don't expose per-step times: their mean, dashed
-            ax.axhline(s.ms_per_token, linestyle="--", linewidth=1.2, color=f"C{i}",
-                       label=f"{s.name} (mean)")
-    ax.set_xlabel("token position")
-    ax.set_ylabel("ms per token")
-    ax.set_yscale("log")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
 
 
 def main(argv=None) -> int:
@@ -469,12 +372,9 @@ def main(argv=None) -> int:
             # the cheapest repeat of each: the least disturbed by other work on the machine
             found[f"attention view overhead ({mode})"] = (
                 by_name[f"{mode} +attention"].ms_per_token_min / by_name[mode].ms_per_token_min)
-    for key, value in found.items():
-        print(f"{key:<46}{value:6.2f}")
+    print_ratios(found)
     checks = target_checks(summaries, args.beam_size)
-    for c in checks:
-        print(f"target: {c['target']} = {c['ratio']:.2f}x (target <= {c['at_most']}) "
-              f"{'met' if c['met'] else 'NOT met'}")
+    print_targets(checks)
 
     accuracy = {} if args.quick else word_error_rates(model, args.beam_size)
     for clip, by_precision in accuracy.items():

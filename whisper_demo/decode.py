@@ -8,7 +8,8 @@ openai-whisper does the modelling: its tokenizer, SOT sequence, logit filters, g
 beam-search TokenDecoders, sequence ranker and language detection all come from a
 `whisper.decoding.DecodingTask`. What this module adds is the loop itself (its `_main_loop`,
 turned into a generator that times every step), the choice of KV cache (cache.py), and the
-30 s windowing of openai-whisper's `transcribe`, so that long audio streams too.
+30 s windowing of openai-whisper's `transcribe` (the loop over windows here; each
+window's log-mel and segments in windowing.py), so that long audio streams too.
 """
 
 import math
@@ -20,7 +21,7 @@ from typing import Generator, Iterator, List, Optional, Union
 import numpy as np
 import psutil
 import torch
-from whisper.audio import HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel_spectrogram, pad_or_trim
+from whisper.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE
 from whisper.decoding import DecodingOptions, DecodingTask
 from whisper.model import Whisper
 from whisper.tokenizer import Tokenizer, get_tokenizer
@@ -30,6 +31,7 @@ from .encoder import encode, encoder_frames
 from .events import DecodeOptions, DecodeResult, Segment, StepAttention, TokenEvent
 from .speculative import DraftVerifier, usable_draft
 from .timing import add_word_timestamps
+from .windowing import split_segments, window_mel
 
 # openai-whisper transcribe()'s defaults for when to retry a window at a higher temperature
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -155,7 +157,7 @@ def stream_transcribe(
             continue
 
         frames = encoder_frames(segment_size, options.encode_audio_only)
-        mel_window = _window_mel(audio, seek, segment_size, model.dims.n_mels, frames)
+        mel_window = window_mel(audio, seek, segment_size, model.dims.n_mels, frames)
         encoder_before = stats.encoder_ms
         audio_features = _encode(model, mel_window.to(model.device, dtype).unsqueeze(0), stats)
         # where the decoder is: this window in the audio, and how many windows remain at most
@@ -396,58 +398,6 @@ def _place(raw: Optional[RawAttention], time_offset: float, segment_size: int,
     return StepAttention(self_weights=raw.self_weights, cross_weights=cross,
                          audio_time=time_offset + float(np.argmax(cross)) * seconds_per_frame,
                          positions=raw.positions, parent=raw.parent, beam_sources=raw.beam_sources)
-
-
-def split_segments(tokens, tokenizer, time_offset, segment_size, time_precision, input_stride):
-    """Cut one window's tokens into timed segments and say how far to seek (in mel frames).
-
-    The rules are openai-whisper transcribe()'s: text between two consecutive timestamps is
-    a segment; if the window ends inside an unfinished segment, the next window starts at the
-    last timestamp so that the words cut off are heard again.
-    """
-    tokens = torch.tensor(tokens, dtype=torch.long)
-    if len(tokens) == 0:
-        return [], segment_size
-    is_timestamp = tokens.ge(tokenizer.timestamp_begin)
-    single_timestamp_ending = is_timestamp[-2:].tolist() == [False, True]
-    consecutive = (torch.where(is_timestamp[:-1] & is_timestamp[1:])[0] + 1).tolist()
-
-    def segment(start, end, piece):
-        text = [t for t in piece.tolist() if t < tokenizer.eot]
-        return Segment(start=start, end=end, text=tokenizer.decode(text), tokens=piece.tolist())
-
-    if not consecutive:
-        duration = segment_size * HOP_LENGTH / SAMPLE_RATE
-        stamps = tokens[is_timestamp]
-        if len(stamps) > 0 and stamps[-1].item() != tokenizer.timestamp_begin:
-            duration = (stamps[-1].item() - tokenizer.timestamp_begin) * time_precision
-        return [segment(time_offset, time_offset + duration, tokens)], segment_size
-
-    if single_timestamp_ending:
-        consecutive.append(len(tokens))
-    segments, last = [], 0
-    for cut in consecutive:
-        piece = tokens[last:cut]
-        start = (piece[0].item() - tokenizer.timestamp_begin) * time_precision
-        end = (piece[-1].item() - tokenizer.timestamp_begin) * time_precision
-        segments.append(segment(time_offset + start, time_offset + end, piece))
-        last = cut
-    if single_timestamp_ending:
-        return segments, segment_size
-    return segments, (tokens[last - 1].item() - tokenizer.timestamp_begin) * input_stride
-
-
-def _window_mel(audio: np.ndarray, seek: int, segment_size: int, n_mels: int,
-                frames: int = N_FRAMES) -> torch.Tensor:
-    """The log-mel of one 30 s window, [n_mels, frames], computed from that window's audio
-    only, so that memory does not grow with the length of the file (openai-whisper's
-    transcribe computes the whole file's log-mel first: ~1.5 GB of STFT per hour). For
-    audio up to 30 s this is exactly transcribe's mel."""
-    start = seek * HOP_LENGTH
-    samples = torch.from_numpy(audio[start : start + N_SAMPLES])
-    with torch.inference_mode():
-        mel = log_mel_spectrogram(samples, n_mels, padding=N_SAMPLES)
-    return pad_or_trim(mel[:, :segment_size], frames)
 
 
 def _encode(model, mel_window, stats: _Stats):

@@ -74,10 +74,11 @@ def main(argv=None) -> int:
 
     model = load_model(args.model, device="cpu", progress=False)
     audio = load_audio(DEFAULT_AUDIO)[: 16000 * 30]
-    from .decode import _Stats, _encode, _window_mel
+    from .decode import _Stats, _encode
+    from .windowing import window_mel
     from whisper.tokenizer import get_tokenizer
 
-    features = _encode(model, _window_mel(audio, 0, 3000, model.dims.n_mels).unsqueeze(0), _Stats())
+    features = _encode(model, window_mel(audio, 0, 3000, model.dims.n_mels).unsqueeze(0), _Stats())
     tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages, language="en")
     options = DecodeOptions(beam_size=args.beam_size, precision=args.precision, timestamps=False,
                             no_speech_threshold=1.0, max_tokens_per_window=5 + args.steps)

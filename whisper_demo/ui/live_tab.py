@@ -15,12 +15,9 @@ idle for its timeout, so an abandoned tab frees its thread and audio.
 
 from __future__ import annotations
 
-import collections
 import html
 import logging
-import threading
 import time
-from pathlib import Path
 from typing import Optional
 
 import gradio as gr
@@ -31,7 +28,9 @@ from ..options import decode_options
 from ..live import LiveSession, LiveUpdate, LiveView, LiveWorker, SessionRegistry, model_decoder
 from ..live.registry import IDLE_TIMEOUT_S
 from . import panel
-from .chunk_order import ChunkSequencer, chunk_number
+from .chunk_order import ChunkSequencer
+from .chunk_tap import ChunkInbox, receives_every_chunk
+from .chunk_tap import install_chunk_tap as _install_chunk_tap  # its name here before chunk_tap.py
 from .store import Defaults, ModelStore
 from .controls import link_cache_controls
 
@@ -213,78 +212,6 @@ def _chart_key(session: TabSession):
     return (view.stats.decodes if view.stats else 0, session.final is not None, view.error is not None)
 
 
-# ---------------------------------------------------------------------------- chunk tap
-#
-# Why: Gradio 6.31's streaming microphone sends a chunk every 0.1 s (the audio component
-# sets `stream_every=.1` in the browser whatever `.stream(stream_every=...)` says), each as
-# POST /stream/{event_id}, and that route only does `event.data = body; event.signal.set()`:
-# the stream's queue loop then calls the handler once with whatever `event.data` holds.
-# Every chunk that arrives while the previous call is still on its way through the queue
-# loop and the thread pool is overwritten, silently. On a busy 2-core machine (decode
-# thread + Chromium + server) that lost half the audio. The tap keeps every chunk: it
-# records each body the moment Gradio stores it (on the event loop, no work done there),
-# and the handler then feeds all of them, in order.
-
-_TAP_INSTALLED = False
-
-
-def _install_chunk_tap() -> bool:
-    """Make `Event.data` a property whose setter also hands stream chunks of a LiveTab's
-    chunk handler to that tab. Returns False (and the handler falls back to the latest
-    chunk only) when this Gradio does not look like the one this was written for."""
-    global _TAP_INSTALLED
-    if _TAP_INSTALLED:
-        return True
-    try:
-        from gradio import queueing
-        event_cls = queueing.Event
-    except Exception:  # pragma: no cover - another Gradio
-        return False
-    if "data" in vars(event_cls) or not hasattr(event_cls, "streaming"):
-        return False
-
-    def get_data(self):
-        return self.__dict__.get("data")
-
-    def set_data(self, value):
-        self.__dict__["data"] = value
-        if value is None:
-            return
-        try:
-            handler = getattr(self.fn, "fn", None)
-            tab = getattr(handler, "__self__", None)
-            if isinstance(tab, LiveTab) and getattr(handler, "__func__", None) is LiveTab.chunk:
-                tab._tap(self.session_hash, value)
-        except Exception:  # never break Gradio's own bookkeeping
-            log.exception("live chunk tap failed")
-
-    event_cls.data = property(get_data, set_data)
-    _TAP_INSTALLED = True
-    return True
-
-
-def _payload_path(payload) -> Optional[str]:
-    if isinstance(payload, dict):
-        return payload.get("path")
-    return getattr(payload, "path", None)
-
-
-def _chunk_path(payload) -> Optional[str]:
-    """The uploaded file of an audio payload, only if it lies in Gradio's upload folder
-    (what Gradio's own preprocessing checks: a client cannot make us read other files)."""
-    path = _payload_path(payload)
-    if not path:
-        return None
-    from gradio import utils as gr_utils
-
-    folder = Path(gr_utils.get_upload_folder()).resolve()
-    resolved = Path(path).resolve()
-    if resolved != folder and folder not in resolved.parents:
-        log.warning("ignoring a live chunk outside the upload folder: %s", path)
-        return None
-    return str(resolved)
-
-
 # ---------------------------------------------------------------------------- the tab
 
 
@@ -298,12 +225,7 @@ class LiveTab:
         self.store = store
         self.defaults = defaults
         self.sessions: SessionRegistry[TabSession] = SessionRegistry(idle_timeout_s)
-        # every streamed chunk, by browser session, until the handler feeds it (see _tap),
-        # in recording order: the page numbers its chunks, a sequencer per page reorders
-        self._inbox: dict = collections.defaultdict(collections.deque)
-        self._order: dict = {}  # browser session -> ChunkSequencer
-        self._inbox_lock = threading.Lock()
-        self._feed_lock = threading.Lock()  # one feeder at a time: chunks stay in order
+        self.inbox = ChunkInbox()  # every streamed chunk, until it is fed (see tapped)
         self.tapping = False
 
     def _model(self):
@@ -336,10 +258,7 @@ class LiveTab:
 
     def _new_browser_session(self, key: str, model, options: DecodeOptions) -> TabSession:
         session = TabSession(model, options, "browser")
-        with self._inbox_lock:
-            order = self._order.setdefault(key, ChunkSequencer())  # numbering spans the page's life
-            order.new_recording()
-        session.order = order
+        session.order = self.inbox.new_recording(key)
         return session
 
     # --- browser microphone
@@ -358,8 +277,9 @@ class LiveTab:
             self._key(request), model, self._options(cache_on, mode)))
         return (gr.Timer(active=True),) + _sent(session, render(session, session.model))
 
-    def _tap(self, session_hash, body) -> None:
-        """Called by Gradio's event (on the event loop) for every chunk body it receives.
+    def tapped(self, session_hash, body) -> None:
+        """Called by the chunk tap (chunk_tap.py), on the event loop, for every chunk body
+        Gradio receives for this tab's stream.
         Feeds it at once when its session exists and no handler is feeding (reading a
         0.1 s wav and resampling it takes about a millisecond), so the decoder gets the
         audio when it arrives rather than when Gradio's queue loop gets round to calling
@@ -368,67 +288,24 @@ class LiveTab:
         if not data:
             return
         key = session_hash or "default"
-        with self._inbox_lock:
-            order = self._order.setdefault(key, ChunkSequencer())
-            self._inbox[key].extend(order.add(chunk_number(_payload_path(data[0]) or ""), data[0]))
+        self.inbox.add(key, data[0])
         session = self.sessions.get(key)  # never creates one here: the handler does
         if (session is not None and session.source == "browser" and session.final is None
                 and not session.closed):
             self._feed_inbox(key, session, wait=False)
 
-    def _release_held(self, key: str, flush: bool = False) -> None:
-        """Move the chunks the sequencer no longer needs to hold into the inbox."""
-        with self._inbox_lock:
-            order = self._order.get(key)
-            if order is not None:
-                self._inbox[key].extend(order.ready(flush))
-
     def _feed_inbox(self, key: str, session: TabSession, wait: bool = True, flush: bool = False) -> int:
         """Feed every tapped chunk of this browser session that is in turn, oldest first
         (flush: every one, the recording has ended). With wait=False, leaves them to
         whoever is feeding already."""
-        self._release_held(key, flush)
-        fed = 0
-        while True:
-            if not self._feed_lock.acquire(blocking=wait):
-                return fed
-            try:
-                fed += self._drain(key, session)
-            finally:
-                self._feed_lock.release()
-            with self._inbox_lock:  # one tapped while we released the lock: take it too
-                if not self._inbox.get(key):
-                    return fed
+        return self.inbox.feed(key, session.worker.feed, wait, flush)
 
-    def _drain(self, key: str, session: TabSession) -> int:
-        fed = 0
-        while True:
-            with self._inbox_lock:
-                box = self._inbox.get(key)
-                if not box:
-                    self._inbox.pop(key, None)
-                    return fed
-                payload = box.popleft()
-            path = _chunk_path(payload)
-            if path is None:
-                continue
-            try:
-                from gradio import processing_utils
-
-                sample_rate, data = processing_utils.audio_from_file(path)
-                session.worker.feed(sample_rate, data)
-                fed += 1
-            except AudioError as exc:
-                gr.Warning(str(exc))
-            except Exception:
-                log.exception("a live chunk could not be read: %s", path)
-
+    @receives_every_chunk
     def chunk(self, audio, cache_on, mode, request: gr.Request):
         """Streamed chunks: queue them and return at once; the timer redraws."""
         session = self._browser_session(request, cache_on, mode)
         if session.final is not None:
-            with self._inbox_lock:
-                self._inbox.pop(self._key(request), None)
+            self.inbox.discard(self._key(request))
             return  # a chunk sent after Stop, once the rest was committed
         session.set_options(self._options(cache_on, mode))
         if self.tapping:  # `audio` is the latest of the tapped chunks: feed them all
@@ -471,9 +348,7 @@ class LiveTab:
         when the reaper finds it idle. A desktop recording stops with it."""
         key = self._key(request)
         session = self.sessions.pop(key)
-        with self._inbox_lock:
-            self._inbox.pop(key, None)
-            self._order.pop(key, None)
+        self.inbox.forget(key)
         if session is not None:
             heard = session.heard_seconds()
             session.close()
@@ -566,3 +441,4 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
     desktop_stop.click(tab.desktop_stop, None, [timer, desktop_status] + views, api_name=False)
     link_cache_controls(cache_on, mode)
     return tab
+

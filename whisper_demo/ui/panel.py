@@ -1,10 +1,11 @@
-"""Pure formatting for the live cache panel, the latency chart and the Compare summary.
+"""Pure formatting for the live cache panel and the Compare summary.
 
 No gradio here and no decoding: every function takes TokenEvents / DecodeResults (and the
-model, for its dimensions) and returns HTML or a DataFrame. Every number shown comes from
-an event or a result; what this module adds is formatting and aggregation (mean and p95
-of the latencies seen so far, tokens per second from those latencies). The file view and
-the Live tab both use it, so nothing here knows which tab it serves.
+model, for its dimensions) and returns HTML; the latency chart's frames are built in
+latency_chart.py. Every number shown comes from an event or a result; what this module adds
+is formatting and aggregation (mean and p95 of the latencies seen so far, tokens per second
+from those latencies). The file view and the Live tab both use it, so nothing here knows
+which tab it serves.
 
 The memory formulas (README, "The KV cache, in one page") are shown beside the measured values:
     self K/V  = 2 x layers x d_model x tokens x beams x bytes/element   (cache.self_cache_bytes)
@@ -18,21 +19,15 @@ import time
 from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
-import pandas as pd
 
 from ..cache import cross_cache_bytes, self_cache_bytes
 from ..events import DecodeResult, TokenEvent
+from .latency_chart import MODE_COLORS, series_label
+# the chart's other names, importable from here as before the chart moved out of panel.py
+from .latency_chart import chart_colors, latency_frame, window_mark_colors, window_marks  # noqa: F401
 
 Item = Union[TokenEvent, DecodeResult]
 
-# One colour per cache mode, used by the chart and the panel's badge alike.
-MODE_COLORS = {"static": "#2563eb", "hooks": "#7c3aed", "off": "#dc2626"}
-DRAFT_COLORS = {"static": "#f59e0b"}  # tokens confirmed from a draft (static greedy only)
-MODE_LABELS = {
-    "static": "KV cache: static",
-    "hooks": "KV cache: hooks",
-    "off": "no KV cache",
-}
 MODE_BLURB = {
     "static": "preallocated K/V, written in place",
     "hooks": "openai-whisper hooks, torch.cat per step",
@@ -62,11 +57,6 @@ def fmt_ms(ms: Optional[float]) -> str:
     if ms >= 1000:
         return f"{ms / 1000:.2f} s"
     return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
-
-
-def series_label(mode: str, beam_size: int = 1) -> str:
-    label = MODE_LABELS.get(mode, mode)
-    return label if beam_size == 1 else f"{label}, beam {beam_size}"
 
 
 def element_size(model) -> int:
@@ -331,70 +321,6 @@ def with_status(panel: str, status: str) -> str:
         return m.group(0) if m.group(2).startswith("done") else f"{m.group(1)}{html.escape(status)}{m.group(3)}"
 
     return re.sub(r'(<span class="wk-status">)([^<]*)(</span>)', swap, panel or "", count=1)
-
-
-# ---------------------------------------------------------------------------------------
-# the chart
-
-
-DRAFT_SUFFIX = " · confirmed from the previous hypothesis"
-
-
-def latency_frame(latencies_by_series: Dict[str, Sequence]) -> pd.DataFrame:
-    """Long-format frame for gr.LinePlot(x="token", y="latency_ms", color="series").
-
-    Values are latencies in ms, or (latency ms, from_draft) pairs (the Live tab): tokens a
-    draft pass confirmed get a series of their own, so the chart shows the one costly pass
-    that confirmed them and the near-zero steps after it, beside the tokens decoded one
-    step at a time."""
-    frames = []
-    for name, values in latencies_by_series.items():
-        if len(values) == 0:
-            continue
-        pairs = [v if isinstance(v, tuple) else (v, False) for v in values]
-        frames.append(pd.DataFrame({
-            "token": np.arange(len(pairs), dtype=np.int64),
-            "latency_ms": np.asarray([ms for ms, _ in pairs], dtype=np.float64),
-            "series": [name + DRAFT_SUFFIX if draft else name for _, draft in pairs],
-        }))
-    if not frames:
-        return pd.DataFrame({"token": pd.Series(dtype="int64"),
-                             "latency_ms": pd.Series(dtype="float64"),
-                             "series": pd.Series(dtype="object")})
-    return pd.concat(frames, ignore_index=True)
-
-
-WINDOW_MARK = "window {} starts"
-WINDOW_MARK_COLOR = "#94a3b8"
-MAX_MARKED_WINDOWS = 60  # 30 min of audio; later windows go unmarked (the chart's colours are fixed)
-
-
-def window_marks(windows: Sequence["WindowStats"], top: float) -> pd.DataFrame:
-    """Rows for the latency chart that draw a vertical line (0 to `top` ms) at the first step
-    of each window after the first: where the cache was refilled from the prompt."""
-    first_steps = {}
-    for w in windows:  # a retried window (fallback) keeps the mark of its first attempt
-        first_steps.setdefault(w.window, w.first_step)
-    rows = [(step, y, WINDOW_MARK.format(window + 1)) for window, step in first_steps.items()
-            if 0 < step and window + 1 <= MAX_MARKED_WINDOWS for y in (0.0, top)]
-    return pd.DataFrame({"token": pd.Series([r[0] for r in rows], dtype="int64"),
-                         "latency_ms": pd.Series([r[1] for r in rows], dtype="float64"),
-                         "series": pd.Series([r[2] for r in rows], dtype="object")})
-
-
-def window_mark_colors() -> Dict[str, str]:
-    return {WINDOW_MARK.format(k): WINDOW_MARK_COLOR for k in range(2, MAX_MARKED_WINDOWS + 1)}
-
-
-def chart_colors() -> Dict[str, str]:
-    """color_map for the LinePlot: every series label a run can produce."""
-    colors = {}
-    for mode, color in MODE_COLORS.items():
-        colors[series_label(mode)] = color
-        colors[series_label(mode) + DRAFT_SUFFIX] = DRAFT_COLORS.get(mode, color)
-        for beams in range(2, 9):
-            colors[series_label(mode, beams)] = color
-    return colors
 
 
 # ---------------------------------------------------------------------------------------

@@ -33,10 +33,8 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-import threading
-import time
 from pathlib import Path
-from typing import Dict, Generator, List, Optional, Set, Tuple
+from typing import Generator, List, Optional, Tuple
 
 import gradio as gr
 import pandas as pd
@@ -47,11 +45,12 @@ from ..decode import stream_transcribe
 from ..examples import CLIPS, clip_path
 from ..events import CACHE_MODES, DecodeOptions, DecodeResult, TokenEvent
 from ..options import decode_options
-from ..options import effective_mode  # noqa: F401  (live_tab.py imports it from here)
 from . import attention as attention_view
 from . import panel
 from .controls import link_cache_controls
+from .running_decodes import RunningDecodes
 from .store import Defaults, ModelStore
+from .throttle import Throttle
 
 log = logging.getLogger(__name__)
 
@@ -61,36 +60,6 @@ PREVIOUS_COLOR = "#94a3b8"  # the last run, drawn in grey behind the current one
 def example_paths() -> List[str]:
     """The clips shipped in whisper_demo/examples/ that are present."""
     return [str(clip_path(name)) for name in CLIPS if clip_path(name).is_file()]
-
-
-class Throttle:
-    """Decides when a streamed token is worth a page update.
-
-    A page update ships the transcript, the panel and the whole chart frame to the browser;
-    at tiny.en's 5-15 ms per token that is more than a browser wants to redraw. So: the first
-    token at once (time to first token is part of the experience), then whenever 3 tokens
-    and 50 ms have passed, or 100 ms whatever the count (slow, uncached decodes update every
-    token). The caller always sends the final state itself.
-    """
-
-    def __init__(self, every_tokens: int = 3, min_interval: float = 0.05, max_interval: float = 0.1):
-        self.every_tokens = every_tokens
-        self.min_interval = min_interval
-        self.max_interval = max_interval
-        self.pending = 0
-        self.last = None
-
-    def due(self) -> bool:
-        self.pending += 1
-        now = time.perf_counter()
-        if self.last is None:
-            fire = True
-        else:
-            dt = now - self.last
-            fire = dt >= self.max_interval or (self.pending >= self.every_tokens and dt >= self.min_interval)
-        if fire:
-            self.pending, self.last = 0, now
-        return fire
 
 
 def language_choices() -> List[Tuple[str, str]]:
@@ -121,29 +90,8 @@ class TranscribeTab:
     def __init__(self, store: ModelStore, defaults: Defaults):
         self.store = store
         self.defaults = defaults
-        # browser session -> events set when each of its running decodes has closed; Stop
-        # waits on them so that its "stopped" panel is the last update the page receives
-        self._running: Dict[str, Set[threading.Event]] = {}
-        self._running_lock = threading.Lock()
-
-    def _track(self, request) -> Optional[threading.Event]:
-        key = getattr(request, "session_hash", None)
-        if key is None:
-            return None
-        finished = threading.Event()
-        with self._running_lock:
-            self._running.setdefault(key, set()).add(finished)
-        return finished
-
-    def _untrack(self, request, finished: Optional[threading.Event]) -> None:
-        if finished is None:
-            return
-        finished.set()
-        with self._running_lock:
-            events = self._running.get(request.session_hash, set())
-            events.discard(finished)
-            if not events:
-                self._running.pop(request.session_hash, None)
+        # Stop waits on these so that its "stopped" panel is the last update the page receives
+        self.running = RunningDecodes()
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -214,7 +162,7 @@ class TranscribeTab:
                self._chart(chart_series, previous, legend, stats.windows), compare_value, gr.skip(),
                waiting, None)
         result: Optional[DecodeResult] = None
-        finished = self._track(request)
+        finished = self.running.started(request)
         stream = stream_transcribe(model, samples, options)
         try:
             for item in stream:
@@ -243,7 +191,7 @@ class TranscribeTab:
             # closing the decoder frees its cache and, in hooks mode, removes the hooks
             # from the shared model.
             stream.close()
-            self._untrack(request, finished)
+            self.running.closed(request, finished)
             _log_end(model, options, samples, stats, result)
         return result, stats
 
@@ -319,11 +267,7 @@ class TranscribeTab:
         """After Stop: the panel keeps the last numbers it showed and says the run stopped.
         Waits (up to 10 s) until this session's decodes have closed, so that no update of
         the cancelled run can arrive after this one."""
-        key = getattr(request, "session_hash", None)
-        with self._running_lock:
-            pending = list(self._running.get(key, ())) if key else []
-        for finished in pending:
-            finished.wait(10)
+        self.running.wait_closed(request, timeout=10)
         return panel.with_status(panel_html, "stopped: decode cancelled, cache freed")
 
     @staticmethod
@@ -331,7 +275,6 @@ class TranscribeTab:
         if model.is_multilingual:
             return gr.update(interactive=True, info="for multilingual models; auto-detect by default")
         return gr.update(value="auto", interactive=False, info="this model is English-only")
-
 
 
 def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=None) -> TranscribeTab:
