@@ -42,7 +42,8 @@ from ..events import DecodeOptions
 from ..examples import CLIPS, clip_path, reference_transcripts
 from ..models import DEFAULT_MODEL, load_model
 from ..text import word_edits, word_error_rate, words as normalized_words
-from .session import LiveConfig, LiveSession, LiveUpdate, model_decoder
+from .decoder import model_decoder
+from .session import LiveConfig, LiveSession, LiveUpdate
 
 PACKAGE = Path(__file__).resolve().parent.parent
 DEFAULT_EVAL_DIR = PACKAGE.parent.parent / "shared" / "eval-dev"

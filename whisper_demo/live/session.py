@@ -34,44 +34,17 @@ from __future__ import annotations
 
 import threading
 import time
-import zlib
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Deque, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
 from ..audio import SAMPLE_RATE, load_audio_chunk
-from ..decode import stream_transcribe
-from ..events import DecodeOptions, DecodeResult, TokenEvent
+from ..events import DecodeResult, TokenEvent
+from .decoder import Decoder, looped
 from .policy import AgreementPolicy, Decision, Hypothesis, TimedWord
 from .vad import VoiceDetector
-
-# Fast speech is 4-5 words (5-7 tokens) a second, with a timestamp pair per segment.
-MAX_TOKENS_PER_SECOND = 10
-MAX_TOKENS_BASE = 20
-
-# (audio, prompt, draft) -> TokenEvents, then a DecodeResult with word timestamps. The
-# draft is what the previous decode of the same buffer start and prompt said (its tokens).
-Decoder = Callable[[np.ndarray, Optional[str], Optional[Tuple[int, ...]]],
-                   Iterator[Union[TokenEvent, DecodeResult]]]
-
-
-def model_decoder(model, options: Optional[DecodeOptions] = None) -> Decoder:
-    """The real decoder: stream_transcribe with word timestamps, the prompt, and the
-    previous hypothesis as a draft that one decoder pass confirms (speculative.py)."""
-    options = replace(options or DecodeOptions(), word_timestamps=True, timestamps=True)
-
-    def decode(audio: np.ndarray, prompt: Optional[str], draft: Optional[Tuple[int, ...]] = None):
-        # A loop ("aaaa...") would otherwise run to 224 tokens: seconds of a live decode.
-        limit = MAX_TOKENS_BASE + int(MAX_TOKENS_PER_SECOND * audio.size / SAMPLE_RATE)
-        return stream_transcribe(model, audio, replace(
-            options, prompt=prompt, draft_tokens=draft,
-            max_tokens_per_window=min(limit, model.dims.n_text_ctx // 2)))
-
-    decode.options = options  # what the panel shows (cache mode, beams)
-    return decode
-
 
 @dataclass(frozen=True)
 class LiveConfig:
@@ -380,7 +353,7 @@ class LiveSession:
         hypothesis = _hypothesis(result, offset_s, end / SAMPLE_RATE)
         pause = (end - voice_end) >= config.pause_seconds * SAMPLE_RATE
         speech_end = voice_end / SAMPLE_RATE if pause else None
-        if result is not None and _looped(result.text):
+        if result is not None and looped(result.text):
             # The decoder fell into a loop ("aaaa...", a phrase over and over), which
             # openai-whisper's transcribe detects the same way. Its words get no vote.
             hypothesis = None
@@ -446,14 +419,6 @@ class LiveSession:
             first_token_ms=first_token_ms, commit_latencies_s=tuple(latencies),
             stats=self.stats(), result=result, last_event=last_event,
             trimmed_seconds=trimmed, final=final, reason=reason)
-
-
-COMPRESSION_RATIO_LIMIT = 2.4  # openai-whisper transcribe()'s test for a looping decode
-
-
-def _looped(text: str) -> bool:
-    data = text.encode("utf-8")
-    return len(data) > 40 and len(data) / len(zlib.compress(data)) > COMPRESSION_RATIO_LIMIT
 
 
 def _hypothesis(result: Optional[DecodeResult], offset_s: float, end_s: float) -> Hypothesis:
