@@ -111,6 +111,19 @@ def test_25s_of_speech_is_cut_and_prompted_and_stays_close_to_offline(tiny_model
     assert repeated_4grams(final.committed) == 0, final.committed
 
 
+def test_loading_the_voice_detector_leaves_torch_on_all_its_threads():
+    # silero_vad's import sets torch to one thread for the whole process; in a fresh
+    # process (the import happens once), loading it must leave the decoder its cores.
+    import subprocess
+    import sys
+
+    code = ("import torch; torch.set_num_threads(2); "
+            "from whisper_demo.live.vad import VoiceDetector; VoiceDetector(); "
+            "print(torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-1] == "2"
+
+
 def test_silence_and_hiss_are_never_decoded(tiny_model):
     session = LiveSession(model_decoder(tiny_model, DecodeOptions()))
     rng = np.random.default_rng(0)

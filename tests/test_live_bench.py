@@ -1,11 +1,7 @@
 """The live benchmark's measures (whisper_demo/live/bench.py), on tables: what counts as a
 phrase committed twice, and how speech -> commit is read from word times."""
 
-import pytest
-
 from whisper_demo.live.bench import FeedResult, phrases_committed_twice, speech_to_commit
-
-pytestmark = pytest.mark.quick
 
 
 def test_a_phrase_committed_right_after_itself_counts_once():
