@@ -19,7 +19,8 @@ def test_a_phrase_the_offline_transcript_also_repeats_does_not_count():
 
 def test_speech_to_commit_pairs_each_committed_word_with_its_end_in_the_audio():
     result = FeedResult("fast", "Hello, there big world.", [2.0, 2.0, 3.5, 3.5],
-                        ["end of speech"] * 2 + ["two decodes agreed"] * 2, [], 0, 0.0, 0.0, 0.0)
+                        ["end of speech"] * 2 + ["two decodes agreed"] * 2, [], 0, 0.0, 0.0, 0.0,
+                        words=[("Hello,", 0.1, 0.6), ("there", 0.6, 1.1), ("big", 2.0, 2.4), ("world.", 2.5, 2.9)])
     offline_words = [(" hello", 0.5), (" there", 1.0), (" world", 3.0)]  # "big" is not offline
     assert speech_to_commit(result, offline_words) == [
         (1.5, "end of speech"), (1.0, "end of speech"), (0.5, "two decodes agreed")]
@@ -33,3 +34,12 @@ def test_a_repeat_the_speaker_made_is_not_counted_even_when_offline_left_it_out(
     assert phrases_committed_twice(live, offline, reference) == 0
     # a real double commit is in neither the offline text nor the reference
     assert phrases_committed_twice(live, offline, offline) == 1
+
+
+def test_a_word_matched_to_the_wrong_copy_of_a_repeated_phrase_is_not_timed():
+    # the stream says "forced aligner" twice; the live text has only the second one, which
+    # the text alignment pairs with the first copy (ends at 1.0 s) although it ends at 6.0 s
+    result = FeedResult("fast", "forced aligner", [6.5, 6.5], ["end of speech"] * 2, [], 0, 0.0, 0.0, 0.0,
+                        words=[("forced", 5.2, 5.5), ("aligner", 5.5, 6.0)])
+    offline_words = [(" forced", 0.5), (" aligner", 1.0), (" forced", 5.5), (" aligner", 6.0)]
+    assert speech_to_commit(result, offline_words) == [(1.0, "end of speech"), (0.5, "end of speech")]

@@ -3,6 +3,7 @@
     python -m whisper_demo.bench live [--model tiny.en] [--eval-dir ../shared/eval-dev]
                                       [--feeds fast,realtime] [--chunk 0.1] [--min-seconds 180]
                                       [--twice] [--encode-audio-only] [--by-recording]
+                                      [--save PATH]
 
 The stream: every recording of the evaluation folder (manifest.jsonl with references),
 then the package's own example clips, joined with pauses of 0.3-2 s (a fixed seed), and
@@ -205,19 +206,28 @@ def _repeats_absent_from(other: List[str], live: List[str]) -> List[Tuple[int, i
     return spans
 
 
+MATCH_SECONDS = 1.0  # a committed word and an offline word farther apart are not the same word
+
+
 def speech_to_commit(result: FeedResult, offline_words: List[Tuple[str, float]]) -> List[Tuple[float, str]]:
-    """Per committed word matched to an offline word: (commit time - the word's end in the
-    audio, the rule that committed it)."""
-    live = [w for w in result.committed.split()]
-    live_norm = [" ".join(normalized_words(w)) for w in live]
-    off_norm = [" ".join(normalized_words(w)) for w, _ in offline_words]
-    matcher = difflib.SequenceMatcher(None, live_norm, off_norm, autojunk=False)
-    latencies = []
-    for block in matcher.get_matching_blocks():
-        for k in range(block.size):
-            i, j = block.a + k, block.b + k
-            if i < len(result.commit_times) and live_norm[i]:
-                latencies.append((result.commit_times[i] - offline_words[j][1], result.commit_rules[i]))
+    """Per committed word found in the offline transcript: (commit time - the word's end in
+    the audio as the offline decode places it, the rule that committed it). A committed
+    word is the same offline word when it is spelled the same (normalised) and the two
+    ends lie within MATCH_SECONDS, the nearest such in stream order: aligning the texts
+    alone pairs a word with the wrong copy when the stream repeats a phrase ("montreal
+    forced aligner", forty times), and its latency would be seconds off."""
+    offline = [(" ".join(normalized_words(text)), end) for text, end in offline_words]
+    latencies, first = [], 0
+    for (text, _, end), committed_at, rule in zip(result.words, result.commit_times, result.commit_rules):
+        norm = " ".join(normalized_words(text))
+        if not norm:
+            continue
+        near = [j for j in range(first, len(offline))
+                if offline[j][0] == norm and abs(offline[j][1] - end) <= MATCH_SECONDS]
+        if near:
+            j = min(near, key=lambda k: abs(offline[k][1] - end))
+            latencies.append((committed_at - offline[j][1], rule))
+            first = j + 1
     return latencies
 
 
@@ -313,6 +323,9 @@ def main(argv=None) -> int:
     parser.add_argument("--by-recording", action="store_true",
                         help="also print word errors per recording (offline greedy and each feed) "
                              "where they differ: where a whole-stream WER difference comes from")
+    parser.add_argument("--save", metavar="PATH",
+                        help="write each feed's committed words (text, start, end), when each was "
+                             "committed and by which rule, and the offline word ends, as JSON")
     args = parser.parse_args(argv)
 
     import torch
@@ -347,6 +360,11 @@ def main(argv=None) -> int:
             parser.error(f"unknown feed {feed!r}")
     encoder = "the buffer's audio only (+ margin)" if args.encode_audio_only else "30 s window"
     print(report(args.model, stream, offline.text, offline_words, results, fallback.text, encoder))
+    if args.save:
+        Path(args.save).write_text(json.dumps({
+            "offline_words": offline_words,
+            "feeds": {r.feed: {"words": r.words, "commit_times": r.commit_times, "rules": r.commit_rules}
+                      for r in results}}))
     if args.by_recording:
         greedy_words = [(w.text, w.start, w.end) for s in offline.segments for w in s.words]
         print(by_recording_table(stream, greedy_words, results))
