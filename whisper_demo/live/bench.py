@@ -101,6 +101,7 @@ class FeedResult:
     wall_seconds: float
     draft: Dict[str, int] = field(default_factory=dict)
     words: List[Tuple[str, float, float]] = field(default_factory=list)  # committed, stream times
+    looped: int = 0  # re-decodes whose text looped (no vote; see session.py)
 
 
 def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
@@ -108,6 +109,7 @@ def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
     result.commit_times += [now] * new
     result.commit_rules += [update.reason.split(";")[0] or "commit"] * new
     result.committed = update.committed
+    result.looped += update.reason.startswith("decoder looped")
     if update.decoded and update.result is not None:
         result.encoder_ms += update.result.encoder_ms
         result.decode_ms += update.result.decode_seconds * 1000
@@ -298,7 +300,7 @@ def report(model_name: str, stream: Stream, offline_text: str, offline_words, re
                 f"{r.feed}: per re-decode, {d['confirmed'] / r.decodes:.1f} tokens confirmed from the "
                 f"previous hypothesis in {d['passes'] / r.decodes:.1f} passes, {d['decoded'] / r.decodes:.1f} "
                 f"decoded step by step; encoder {r.encoder_ms / r.decodes:.0f} ms, decoder "
-                f"{r.decode_ms / r.decodes:.0f} ms")
+                f"{r.decode_ms / r.decodes:.0f} ms; {r.looped} looped")
     return "\n".join(lines)
 
 
