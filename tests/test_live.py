@@ -348,27 +348,6 @@ def test_a_looping_decoder_is_not_believed():
     assert update.committed == "" and "looped" in update.reason
 
 
-def test_after_a_loop_the_buffer_is_decoded_without_the_prompt():
-    said = [("It", 0.1, 0.4), ("is", 0.4, 0.6), ("late.", 0.6, 1.0)]
-
-    class LoopsWhenPrompted(Script):  # as a prompt can lead Whisper into a loop
-        def __call__(self, audio, prompt, draft=None):
-            self.answers = [[("aaaa" * 30, 0.1, 1.0)] if prompt else said]
-            return super().__call__(audio, prompt, draft)
-
-    script = LoopsWhenPrompted()
-    config = LiveConfig(min_vote_seconds=0.0, right_context_seconds=0.0)
-    session = LiveSession(script, config, vad=LoudVoice())
-    for chunk in [loud(1.0), loud(0.5)] + [quiet(0.1)] * 20 + [loud(1.0), loud(0.5)] + [quiet(0.1)] * 10:
-        session.add_samples(chunk)
-        drain(session.updates())
-    # the long pause restarted the buffer with "It is late." as its prompt; its first
-    # decode looped, and the next ones, without the prompt, heard the words again
-    prompts = [prompt for _, prompt in script.calls]
-    assert prompts.count("It is late.") == 1 and set(prompts[prompts.index("It is late.") + 1:]) == {None}
-    assert session.committed_text == "It is late. It is late."
-
-
 def test_add_audio_is_thread_safe_and_the_idle_clock_moves():
     now = [100.0]
     session = LiveSession(Script(), vad=LoudVoice(), clock=lambda: now[0])

@@ -136,7 +136,6 @@ class LiveSession:
         self._tentative: Tuple[TimedWord, ...] = ()
         # the previous decode's tokens, with the buffer start and prompt it was made for
         self._draft: Optional[Tuple[int, Optional[str], Tuple[int, ...]]] = None
-        self._unprompted_from: Optional[int] = None  # buffer start whose decode looped
         self._last_result: Optional[DecodeResult] = None
         self._decodes = 0
         self._skipped = 0
@@ -356,12 +355,8 @@ class LiveSession:
         speech_end = voice_end / SAMPLE_RATE if pause else None
         if result is not None and looped(result.text):
             # The decoder fell into a loop ("aaaa...", a phrase over and over), which
-            # openai-whisper's transcribe detects the same way. Its words get no vote, and
-            # this buffer is decoded without the prompt from now on: a prompt is what
-            # usually feeds a loop, and transcribe too stops conditioning on the previous
-            # text after a window that failed this test.
+            # openai-whisper's transcribe detects the same way. Its words get no vote.
             hypothesis = None
-            self._unprompted_from = self._offset
         if final:
             decision = self.policy.finish(hypothesis, speech_end)
         elif hypothesis is None:
@@ -377,8 +372,6 @@ class LiveSession:
                            trimmed=trimmed, reason=decision.reason)
 
     def _prompt(self, buffer_start_s: float) -> Optional[str]:
-        if self._unprompted_from == self._offset:  # a decode of this buffer looped
-            return None
         text = " ".join(w.text for w in self.policy.committed_before(buffer_start_s))
         return text[-self.config.prompt_chars:].lstrip() or None
 
