@@ -62,8 +62,11 @@ class Recording:
 class Stream:
     audio: np.ndarray
     reference: str
-    pieces: int
-    recordings: List[Recording] = field(default_factory=list)
+    recordings: List[Recording]
+
+    @property
+    def pieces(self) -> int:
+        return len(self.recordings)
 
 
 def build_stream(eval_dir: Optional[Path], min_seconds: float = 180.0, seed: int = 0) -> Stream:
@@ -85,7 +88,7 @@ def build_stream(eval_dir: Optional[Path], min_seconds: float = 180.0, seed: int
                                         (samples + audio.size + pause.size) / SAMPLE_RATE, reference))
             samples += audio.size + pause.size
     reference = " ".join(r.reference for r in recordings if r.reference)
-    return Stream(np.concatenate(parts), reference, len(recordings), recordings)
+    return Stream(np.concatenate(parts), reference, recordings)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
     session = LiveSession(model_decoder(model, DecodeOptions()))
     session.add_audio(48000, int16_chunk)      # any rate and size; thread safe, never waits
-    for item in session.updates():             # nothing unless enough new audio arrived
+    for item in session.updates():             # nothing unless a re-decode is due
         if isinstance(item, TokenEvent): ...   # one per decoder step of the re-decode
         else: update = item                    # LiveUpdate: an immutable snapshot
     for item in session.finish(): ...          # decodes the rest and commits it
@@ -12,8 +12,8 @@ The decoder is passed in (a callable: audio, prompt -> TokenEvents then a Decode
 with word timestamps), the voice detector too, so the session can be driven by a stand-in
 of either. What is final is the policy's call (policy.py); this module only feeds it:
 
-* Audio arrives on any thread and waits in a pending list; the voice detector scores it
-  when a re-decode takes it (on the decoding thread).
+* Audio arrives on any thread and waits in a pending list; updates() moves it into the
+  buffer and the voice detector scores it (on the decoding thread).
 * A re-decode runs when `min_new_seconds` of audio came since the last one, or as soon
   as the speaker has paused for `pause_seconds` after words not yet committed: that
   decode commits the utterance (policy rule 4), so it does not wait for the next
