@@ -348,6 +348,48 @@ def test_a_looping_decoder_is_not_believed():
     assert update.committed == "" and "looped" in update.reason
 
 
+class LoopsWhenPrompted(Script):
+    """A scripted decoder that, given a prompt, repeats it for as long as it is let run
+    (counting the tokens it was asked for), and without one answers from its script."""
+
+    def __init__(self, *answers):
+        super().__init__(*answers)
+        self.looped_tokens = 0
+
+    def __call__(self, audio, prompt, draft=None):
+        if prompt is None:
+            yield from super().__call__(audio, prompt, draft)
+            return
+        self.calls.append((audio.size / SR, prompt))
+        for step in range(1000):
+            self.looped_tokens += 1
+            yield TokenEvent(step=step, window=0, token_id=1, text="", transcript=" Hello there." * (step + 1),
+                             latency_ms=1.0, cache_tokens=1, cache_capacity=448, self_cache_bytes=0,
+                             self_cache_reserved_bytes=0, cross_cache_bytes=0, rss_bytes=0,
+                             cache_mode="static", beam_size=1)
+
+
+def test_a_decode_that_loops_is_stopped_at_once_and_gets_no_vote():
+    hello = [("Hello", 0.1, 0.5), ("there.", 0.6, 1.1)]
+    decoder = LoopsWhenPrompted(hello, hello)
+    config = LiveConfig(min_new_seconds=1.0, pause_seconds=0.5, long_pause_seconds=1.0, lead_in_seconds=0.3,
+                        min_vote_seconds=0.0)
+    session = LiveSession(decoder, config, vad=LoudVoice())
+    updates = []
+    for audio in [loud(1.2)] + [quiet(0.1)] * 25 + [loud(1.2)] + [quiet(0.1)] * 6:
+        session.add_samples(audio)
+        update = drain(session.updates())
+        if update is not None and update.decoded:
+            updates.append(update)
+    # The second utterance's buffer starts after the first was cut (a long pause), so it
+    # is prompted with it, and the scripted decoder loops.
+    assert [prompt for _, prompt in decoder.calls] == [None, None, "Hello there.", "Hello there."]
+    # Each looping decode was stopped as soon as its text repeated itself, not at 1000 tokens.
+    assert decoder.looped_tokens < 2 * 20
+    assert session.committed_text == "Hello there." and session.stats().loops == 2
+    assert [u.reason for u in updates[-2:]] == ["decoder looped; hypothesis ignored"] * 2
+
+
 def test_add_audio_is_thread_safe_and_the_idle_clock_moves():
     now = [100.0]
     session = LiveSession(Script(), vad=LoudVoice(), clock=lambda: now[0])

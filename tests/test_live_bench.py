@@ -43,3 +43,25 @@ def test_a_word_matched_to_the_wrong_copy_of_a_repeated_phrase_is_not_timed():
                         words=[("forced", 5.2, 5.5), ("aligner", 5.5, 6.0)])
     offline_words = [(" forced", 0.5), (" aligner", 1.0), (" forced", 5.5), (" aligner", 6.0)]
     assert speech_to_commit(result, offline_words) == [(1.0, "end of speech"), (0.5, "end of speech")]
+
+
+def test_the_paced_feed_charges_each_decode_its_cost_and_repeats_itself(tiny_model, clip):
+    # Real time on a simulated clock: a decode that costs more of the stream's time sees
+    # more new audio when it ends, so fewer decodes run; the same costs give the same text.
+    from whisper_demo.events import DecodeOptions
+    from whisper_demo.live.bench import DecodeCosts, Recording, Stream, feed_paced
+    from whisper_demo.live.session import LiveConfig
+
+    audio = clip("jfk.wav")
+    stream = Stream(audio, "", [Recording("jfk.wav", 0.0, audio.size / 16000, "")])
+    cheap, dear = DecodeCosts(0.05, 0.001), DecodeCosts(1.0, 0.02)
+    runs = {costs: feed_paced(tiny_model, DecodeOptions(), stream, 0.1, LiveConfig(), costs)
+            for costs in (cheap, dear)}
+    assert runs[dear].decodes < runs[cheap].decodes
+    for costs, result in runs.items():
+        # a first token comes an encoder pass and a step after the decode starts, which is
+        # never before the newest audio it hears arrived
+        assert min(result.first_token_ms) >= 1000 * (costs.encoder_s + costs.step_s) - 1e-6
+        assert "ask not what your country can do for you" in result.committed.lower().replace(",", "")
+    again = feed_paced(tiny_model, DecodeOptions(), stream, 0.1, LiveConfig(), dear)
+    assert again.committed == runs[dear].committed and again.commit_times == runs[dear].commit_times

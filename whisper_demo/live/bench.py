@@ -1,17 +1,24 @@
-"""Live benchmark: a long stream of real speech, fed to a LiveSession two ways.
+"""Live benchmark: a long stream of real speech, fed to a LiveSession three ways.
 
     python -m whisper_demo.bench live [--model tiny.en] [--eval-dir ../shared/eval-dev]
-                                      [--feeds fast,realtime] [--chunk 0.1] [--min-seconds 180]
+                                      [--feeds fast,paced,realtime] [--chunk 0.1] [--min-seconds 180]
                                       [--twice] [--encode-audio-only] [--by-recording]
-                                      [--save PATH]
+                                      [--save PATH] [--paced-costs ENC_MS,STEP_MS]
+                                      [--set NAME=VALUE]
 
 The stream: every recording of the evaluation folder (manifest.jsonl with references),
-then the package's own example clips, joined with pauses of 0.3-2 s (a fixed seed), and
+then the package's own example clips, joined with pauses of 0.3-2 s (a fixed seed; `--seed` shuffles them), and
 repeated until it lasts `--min-seconds`; its reference is the references joined.
 
 The feeds:
 - fast: every chunk is added, then the session's updates are drained; no clock is in
   play, so the same stream always gives the same text (`--twice` checks it).
+- paced: real time on a simulated clock. Chunks arrive every chunk-length of stream time
+  and each re-decode takes a fixed cost of that time (an encoder pass plus a cost per
+  decoder step, by default the averages the fast feed measured, `--paced-costs` to set
+  them), during which audio keeps arriving. Which audio each decode sees is then what a
+  machine of that speed would give it, and the same costs always give the same text: a
+  real-time result that can be reproduced and compared between two versions of the code.
 - realtime: a thread adds a chunk every chunk-length of wall time, as a microphone does;
   the decoder runs whenever enough audio came, as in the app.
 
@@ -39,7 +46,7 @@ import numpy as np
 
 from ..audio import SAMPLE_RATE, load_audio
 from ..decode import transcribe
-from ..events import DecodeOptions
+from ..events import DecodeOptions, TokenEvent
 from ..examples import CLIPS, clip_path, reference_transcripts
 from ..models import DEFAULT_MODEL, load_model
 from ..text import word_edits, word_error_rate, words as normalized_words
@@ -79,6 +86,8 @@ def build_stream(eval_dir: Optional[Path], min_seconds: float = 180.0, seed: int
     for name in CLIPS:
         clips.append((name, load_audio(clip_path(name)), references[name]))
     rng = random.Random(seed)
+    if seed:  # another stream of the same recordings: another order (and other pauses)
+        rng.shuffle(clips)
     parts, recordings, samples = [], [], 0
     while samples < min_seconds * SAMPLE_RATE:
         for name, audio, reference in clips:
@@ -104,7 +113,7 @@ class FeedResult:
     wall_seconds: float
     draft: Dict[str, int] = field(default_factory=dict)
     words: List[Tuple[str, float, float]] = field(default_factory=list)  # committed, stream times
-    looped: int = 0  # re-decodes whose text looped (no vote; see session.py)
+    looped: int = 0  # decoder calls stopped in a loop (see session.py)
 
 
 def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
@@ -112,7 +121,7 @@ def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
     result.commit_times += [now] * new
     result.commit_rules += [update.reason.split(";")[0] or "commit"] * new
     result.committed = update.committed
-    result.looped += update.reason.startswith("decoder looped")
+    result.looped = update.stats.loops
     if update.decoded and update.result is not None:
         result.encoder_ms += update.result.encoder_ms
         result.decode_ms += update.result.decode_seconds * 1000
@@ -137,6 +146,81 @@ def feed_fast(model, options, stream: Stream, chunk_s: float, config: LiveConfig
         if isinstance(item, LiveUpdate):
             _record(item, stream.audio.size / SAMPLE_RATE, result)
     result.wall_seconds = time.perf_counter() - started
+    result.decodes = session.stats().decodes
+    result.words = [(w.text, w.start, w.end) for w in session.policy.committed]
+    return result
+
+
+class SimulatedClock:
+    """Stream seconds, moved on by the paced feed (chunk arrivals, decode costs)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass(frozen=True)
+class DecodeCosts:
+    encoder_s: float  # one encoder pass
+    step_s: float  # one decoder forward (a step, or a pass confirming draft tokens)
+
+    @classmethod
+    def measured(cls, result: FeedResult) -> "DecodeCosts":
+        """The averages of a feed's re-decodes, rounded to the millisecond."""
+        steps = result.draft.get("decoded", 0) + result.draft.get("passes", 0)
+        return cls(round(result.encoder_ms / max(1, result.decodes)) / 1000,
+                   round(result.decode_ms / max(1, steps)) / 1000)
+
+
+def paced_decoder(decoder, clock: SimulatedClock, costs: DecodeCosts):
+    """`decoder` on a simulated clock: its first token comes an encoder pass and one step
+    after the decode starts, and the decode ends after one step per decoder forward."""
+
+    def decode(audio, prompt, draft=None):
+        started, first = clock.now, True
+        for item in decoder(audio, prompt, draft):
+            if isinstance(item, TokenEvent):
+                if first:
+                    clock.now, first = started + costs.encoder_s + costs.step_s, False
+            else:
+                forwards = item.n_tokens - item.draft_accepted + item.draft_passes
+                clock.now = started + costs.encoder_s + costs.step_s * max(1, forwards)
+            yield item
+
+    decode.options = getattr(decoder, "options", None)
+    return decode
+
+
+def feed_paced(model, options, stream: Stream, chunk_s: float, config: LiveConfig,
+               costs: DecodeCosts) -> FeedResult:
+    clock = SimulatedClock()
+    session = LiveSession(paced_decoder(model_decoder(model, options), clock, costs), config, clock=clock)
+    result = FeedResult("paced", "", [], [], [], 0, 0.0, 0.0, 0.0)
+    step = int(chunk_s * SAMPLE_RATE)
+    starts = range(0, stream.audio.size, step)
+    arrivals = [min(stream.audio.size, start + step) / SAMPLE_RATE for start in starts]
+    started = time.perf_counter()
+    i = 0
+    while i < len(starts):
+        while i < len(starts) and arrivals[i] <= clock.now + 1e-9:  # what came meanwhile
+            now, clock.now = clock.now, arrivals[i]
+            session.add_samples(stream.audio[starts[i]:starts[i] + step])
+            clock.now, i = max(now, arrivals[i]), i + 1
+        decoded = False
+        if session.ready():  # as the worker polls
+            for item in session.updates():
+                if isinstance(item, LiveUpdate):
+                    _record(item, clock.now, result)
+                    decoded = decoded or item.decoded
+        if not decoded and i < len(starts):
+            clock.now = max(clock.now, arrivals[i])  # wait for the next chunk
+    for item in session.finish():
+        if isinstance(item, LiveUpdate):
+            _record(item, clock.now, result)
+    result.wall_seconds = time.perf_counter() - started
+    result.first_token_ms = list(session._first_token_ms)
     result.decodes = session.stats().decodes
     result.words = [(w.text, w.start, w.end) for w in session.policy.committed]
     return result
@@ -287,8 +371,8 @@ def report(model_name: str, stream: Stream, offline_text: str, offline_words, re
             f"{r.feed:<9} {100 * word_error_rate(r.committed, stream.reference):5.1f}% "
             f"{phrases_committed_twice(r.committed, offline_text, stream.reference):>5} {first:>11} {pct(commit, 50):>10.2f} "
             f"{pct(commit, 95):>5.2f} {r.decodes / seconds:>9.2f} {share:>9.0%} {r.wall_seconds:>7.1f}")
-    lines.append("fast: commit times in stream seconds (the algorithm's delay, no compute); "
-                 "realtime: wall seconds on this machine")
+    lines.append("fast: commit times in stream seconds (the algorithm's delay, no compute); paced: "
+                 "stream seconds with each decode's cost; realtime: wall seconds on this machine")
     for r in results:
         by_rule: Dict[str, List[float]] = {}
         for seconds, rule in speech_to_commit(r, offline_words):
@@ -312,7 +396,13 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--eval-dir", default=str(DEFAULT_EVAL_DIR))
-    parser.add_argument("--feeds", default="fast,realtime")
+    parser.add_argument("--feeds", default="fast,paced,realtime")
+    parser.add_argument("--paced-costs", metavar="ENCODER_MS,STEP_MS",
+                        help="the paced feed's cost of an encoder pass and of a decoder step "
+                             "(default: the fast feed's averages; needed when it does not run first)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="0: the recordings in the folder's order; another: a shuffled order and "
+                             "other pauses (a second stream, to see how much a result owes to one)")
     parser.add_argument("--chunk", type=float, default=0.1)
     parser.add_argument("--min-seconds", type=float, default=180.0)
     parser.add_argument("--cache", default="static")
@@ -321,7 +411,7 @@ def main(argv=None) -> int:
                              "model otherwise detects it per decode, offline from the first window only")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--twice", action="store_true",
-                        help="run the fast feed twice and say whether the texts are the same")
+                        help="run the fast and the paced feed twice each and say whether the texts are the same")
     parser.add_argument("--encode-audio-only", action="store_true",
                         help="live decodes encode only the buffer's audio (whisper.cpp's audio_ctx, "
                              "see encoder.py) instead of a 30 s window")
@@ -331,14 +421,22 @@ def main(argv=None) -> int:
     parser.add_argument("--save", metavar="PATH",
                         help="write each feed's committed words (text, start, end), when each was "
                              "committed and by which rule, and the offline word ends, as JSON")
+    parser.add_argument("--set", metavar="NAME=VALUE", action="append", default=[],
+                        help="a LiveConfig field for this run (e.g. min_new_seconds=0.4), to measure "
+                             "a setting against the default; repeatable")
     args = parser.parse_args(argv)
+    try:
+        config = replace(LiveConfig(), **{name: type(getattr(LiveConfig(), name))(value)
+                                          for name, value in (item.split("=", 1) for item in args.set)})
+    except (ValueError, TypeError, AttributeError) as error:
+        parser.error(f"--set: {error}")
 
     import torch
 
     torch.set_num_threads(args.threads)
     model = load_model(args.model, progress=False)
     eval_dir = Path(args.eval_dir)
-    stream = build_stream(eval_dir if eval_dir.exists() else None, args.min_seconds)
+    stream = build_stream(eval_dir if eval_dir.exists() else None, args.min_seconds, args.seed)
     options = DecodeOptions(cache=args.cache, language=args.language if model.is_multilingual else None)
     offline = transcribe(model, stream.audio, replace(options, word_timestamps=True))
     torch.manual_seed(0)  # the fallback samples at temperatures above 0
@@ -349,7 +447,8 @@ def main(argv=None) -> int:
     timed = min((offline, fallback), key=lambda r: word_error_rate(r.text, stream.reference))
     offline_words = [(w.text, w.end) for s in timed.segments for w in s.words]
     options = replace(options, encode_audio_only=args.encode_audio_only)
-    config = LiveConfig()
+    if args.set:
+        print("live settings changed from the default: " + ", ".join(args.set), flush=True)
     results = []
     for feed in args.feeds.split(","):
         if feed == "fast":
@@ -358,6 +457,22 @@ def main(argv=None) -> int:
                 again = feed_fast(model, options, stream, args.chunk, config)
                 same = "the same text" if first.committed == again.committed else "DIFFERENT texts"
                 print(f"fast feed, twice: {same}", flush=True)
+            results.append(first)
+        elif feed == "paced":
+            if args.paced_costs:
+                encoder_ms, step_ms = (float(v) for v in args.paced_costs.split(","))
+                costs = DecodeCosts(encoder_ms / 1000, step_ms / 1000)
+            elif results and results[0].feed == "fast":
+                costs = DecodeCosts.measured(results[0])
+            else:
+                parser.error("the paced feed needs --paced-costs, or the fast feed before it")
+            print(f"paced feed: an encoder pass costs {costs.encoder_s * 1000:.0f} ms, a decoder step "
+                  f"{costs.step_s * 1000:.0f} ms of stream time", flush=True)
+            first = feed_paced(model, options, stream, args.chunk, config, costs)
+            if args.twice:
+                again = feed_paced(model, options, stream, args.chunk, config, costs)
+                same = "the same text" if first.committed == again.committed else "DIFFERENT texts"
+                print(f"paced feed, twice: {same}", flush=True)
             results.append(first)
         elif feed == "realtime":
             results.append(feed_realtime(model, options, stream, args.chunk, config))

@@ -21,7 +21,7 @@ of either. What is final is the policy's call (policy.py); this module only feed
   is trimmed to a short lead-in), nor when no new speech came and every word heard is
   committed.
 * The prompt is the committed text said before the buffer, as openai-whisper's transcribe
-  conditions each window on the text before it.
+  conditions each window on the text before it, each sentence once (prompt.py).
 * The buffer is cut where the policy allows it, moved into the pause that follows when
   there is one (a cut in silence never splits a word), so the buffer, the decode and the
   cache stay bounded however long the session runs.
@@ -44,6 +44,7 @@ from ..audio import SAMPLE_RATE, load_audio_chunk
 from ..events import DecodeResult, TokenEvent
 from .decoder import Decoder, looped
 from .policy import AgreementPolicy, Decision, Hypothesis, TimedWord
+from .prompt import prompt_from
 from .vad import VoiceDetector
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class LiveStats:
 
     decodes: int
     skipped: int  # re-decodes not run: no speech, or nothing new said
+    loops: int  # re-decodes stopped in a loop (their words get no vote)
     first_token_ms_median: Optional[float]  # newest chunk's arrival -> first token
     first_token_ms_p95: Optional[float]
     commit_s_median: Optional[float]  # a word's end arriving -> the word committed
@@ -139,6 +141,7 @@ class LiveSession:
         self._last_result: Optional[DecodeResult] = None
         self._decodes = 0
         self._skipped = 0
+        self._loops = 0  # decodes that fell into a loop
         self._first_token_ms: Deque[float] = deque(maxlen=self.config.history)
         self._commit_s: Deque[float] = deque(maxlen=self.config.history)
         self._last_first_token_ms: Optional[float] = None
@@ -229,7 +232,7 @@ class LiveSession:
     def stats(self) -> LiveStats:
         ft, cs = list(self._first_token_ms), list(self._commit_s)
         return LiveStats(
-            decodes=self._decodes, skipped=self._skipped,
+            decodes=self._decodes, skipped=self._skipped, loops=self._loops,
             first_token_ms_median=percentile(ft, 50), first_token_ms_p95=percentile(ft, 95),
             commit_s_median=percentile(cs, 50), commit_s_p95=percentile(cs, 95),
             last_first_token_ms=self._last_first_token_ms, last_decode_ms=self._last_decode_ms,
@@ -323,22 +326,12 @@ class LiveSession:
         offset_s = self._offset / SAMPLE_RATE
         prompt = self._prompt(offset_s)
         started = self.clock()
-        first_token_ms, last_event, result = None, None, None
         draft = None
         if self._draft is not None and self._draft[:2] == (self._offset, prompt):
             draft = self._draft[2]  # same audio start and prompt: the text so far is known
-        decoding = self.decoder(self._buffer, prompt, draft)
-        try:
-            for item in decoding:
-                if isinstance(item, TokenEvent):
-                    if first_token_ms is None and newest_arrival is not None:
-                        first_token_ms = (self.clock() - newest_arrival) * 1000
-                    last_event = item
-                    yield item
-                else:
-                    result = item
-        finally:
-            decoding.close()
+        attempt = _Attempt(newest_arrival)
+        yield from self._decode(prompt, draft, attempt)
+        first_token_ms, last_event, result = attempt.first_token_ms, attempt.last_event, attempt.result
         now = self.clock()
         self.last_activity = now
         self._decoded_to = end
@@ -353,10 +346,9 @@ class LiveSession:
         hypothesis = _hypothesis(result, offset_s, end / SAMPLE_RATE)
         pause = (end - voice_end) >= config.pause_seconds * SAMPLE_RATE
         speech_end = voice_end / SAMPLE_RATE if pause else None
-        if result is not None and looped(result.text):
-            # The decoder fell into a loop ("aaaa...", a phrase over and over), which
-            # openai-whisper's transcribe detects the same way. Its words get no vote.
-            hypothesis = None
+        if attempt.looped:
+            self._loops += 1
+            hypothesis = None  # a loop's words get no vote
         if final:
             decision = self.policy.finish(hypothesis, speech_end)
         elif hypothesis is None:
@@ -371,9 +363,32 @@ class LiveSession:
                            latencies=latencies, result=result, last_event=last_event,
                            trimmed=trimmed, reason=decision.reason)
 
+    def _decode(self, prompt: Optional[str], draft, attempt: "_Attempt"):
+        """Run the decoder over the buffer: its TokenEvents, and what came of it in
+        `attempt`. A decode whose text falls into a loop ("aaaa...", a phrase over and
+        over; openai-whisper's transcribe tests its windows the same way) is stopped at
+        once: it would run on to its token limit, the longest decodes of all, for text
+        that gets no vote."""
+        attempt.result, attempt.looped = None, False
+        decoding = self.decoder(self._buffer, prompt, draft)
+        try:
+            for item in decoding:
+                if isinstance(item, TokenEvent):
+                    if attempt.first_token_ms is None and attempt.newest_arrival is not None:
+                        attempt.first_token_ms = (self.clock() - attempt.newest_arrival) * 1000
+                    attempt.last_event = item
+                    yield item
+                    if looped(item.transcript):
+                        attempt.looped = True
+                        return
+                else:
+                    attempt.result = item
+        finally:
+            decoding.close()
+        attempt.looped = attempt.result is not None and looped(attempt.result.text)
+
     def _prompt(self, buffer_start_s: float) -> Optional[str]:
-        text = " ".join(w.text for w in self.policy.committed_before(buffer_start_s))
-        return text[-self.config.prompt_chars:].lstrip() or None
+        return prompt_from(self.policy.committed_before(buffer_start_s), self.config.prompt_chars)
 
     def _cut_sample(self, cut_at: float) -> int:
         """The policy's cut point moved into the pause that follows it, if one comes soon."""
@@ -419,6 +434,17 @@ class LiveSession:
             first_token_ms=first_token_ms, commit_latencies_s=tuple(latencies),
             stats=self.stats(), result=result, last_event=last_event,
             trimmed_seconds=trimmed, final=final, reason=reason)
+
+
+@dataclass
+class _Attempt:
+    """What came of a re-decode's call to the decoder."""
+
+    newest_arrival: Optional[float]  # wall time of the newest audio it heard
+    first_token_ms: Optional[float] = None  # from that arrival to its first token
+    last_event: Optional[TokenEvent] = None
+    result: Optional[DecodeResult] = None  # None when it was stopped in a loop
+    looped: bool = False
 
 
 def _hypothesis(result: Optional[DecodeResult], offset_s: float, end_s: float) -> Hypothesis:

@@ -128,7 +128,9 @@ def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
          + (f" · {s.dropped_seconds:.1f} s dropped (decoding slower than speech)" if s.dropped_seconds > 0 else "")
          + (f" · {order.reordered} chunks arrived out of order, put back" if order and order.reordered else "")),
         ("Re-decodes", str(s.decodes),
-         f"{s.skipped} skipped (no new speech)" + (f" · last {ms(s.last_decode_ms)}" if s.last_decode_ms else "")
+         f"{s.skipped} skipped (no new speech)"
+         + (f" · {s.loops} stopped in a loop (no vote)" if s.loops else "")
+         + (f" · last {ms(s.last_decode_ms)}" if s.last_decode_ms else "")
          + (f", encoder {ms(s.last_encoder_ms)}" if s.last_encoder_ms else "")
          + (f" · {s.last_from_draft} of its {s.last_tokens} tokens confirmed from the previous "
             f"hypothesis in {s.last_draft_passes} pass{'es' if s.last_draft_passes != 1 else ''}"
