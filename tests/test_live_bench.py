@@ -1,7 +1,8 @@
 """The live benchmark's measures (whisper_demo/live/bench.py), on tables: what counts as a
 phrase committed twice, and how speech -> commit is read from word times."""
 
-from whisper_demo.live.bench import FeedResult, phrases_committed_twice, speech_to_commit
+from whisper_demo.live.bench import phrases_committed_twice, speech_to_commit
+from whisper_demo.live.feeds import FeedResult
 
 
 def test_a_phrase_committed_right_after_itself_counts_once():
@@ -49,13 +50,12 @@ def test_the_paced_feed_charges_each_decode_its_cost_and_repeats_itself(tiny_mod
     # Real time on a simulated clock: a decode that costs more of the stream's time sees
     # more new audio when it ends, so fewer decodes run; the same costs give the same text.
     from whisper_demo.events import DecodeOptions
-    from whisper_demo.live.bench import DecodeCosts, Recording, Stream, feed_paced
+    from whisper_demo.live.feeds import DecodeCosts, feed_paced
     from whisper_demo.live.session import LiveConfig
 
     audio = clip("jfk.wav")
-    stream = Stream(audio, "", [Recording("jfk.wav", 0.0, audio.size / 16000, "")])
     cheap, dear = DecodeCosts(0.05, 0.001), DecodeCosts(1.0, 0.02)
-    runs = {costs: feed_paced(tiny_model, DecodeOptions(), stream, 0.1, LiveConfig(), costs)
+    runs = {costs: feed_paced(tiny_model, DecodeOptions(), audio, 0.1, LiveConfig(), costs)
             for costs in (cheap, dear)}
     assert runs[dear].decodes < runs[cheap].decodes
     for costs, result in runs.items():
@@ -63,5 +63,5 @@ def test_the_paced_feed_charges_each_decode_its_cost_and_repeats_itself(tiny_mod
         # never before the newest audio it hears arrived
         assert min(result.first_token_ms) >= 1000 * (costs.encoder_s + costs.step_s) - 1e-6
         assert "ask not what your country can do for you" in result.committed.lower().replace(",", "")
-    again = feed_paced(tiny_model, DecodeOptions(), stream, 0.1, LiveConfig(), dear)
+    again = feed_paced(tiny_model, DecodeOptions(), audio, 0.1, LiveConfig(), dear)
     assert again.committed == runs[dear].committed and again.commit_times == runs[dear].commit_times

@@ -11,15 +11,18 @@ that become final (committed) separated from those that may still change (tentat
 policy.py   pure: timestamped hypotheses in, commits and a cut point out
 vad.py      is there speech, where did it end (Silero VAD)
 session.py  one session: audio buffer, when to re-decode, prompt, stats
+snapshots.py what it publishes: LiveStats and LiveUpdate, immutable
 decoder.py  the model as the callable a session decodes with
 worker.py   the thread that drives a session and publishes immutable views
 registry.py sessions by key, idle ones closed
+bench.py    the live benchmark (python -m whisper_demo.bench live); feeds.py its three feeds
 """
 
 from .policy import AgreementPolicy, Decision, Hypothesis, TimedWord
 from .registry import SessionRegistry
 from .decoder import Decoder, model_decoder
-from .session import LiveConfig, LiveSession, LiveStats, LiveUpdate
+from .session import LiveConfig, LiveSession
+from .snapshots import LiveStats, LiveUpdate
 from .vad import VoiceDetector
 from .worker import LiveView, LiveWorker
 

@@ -21,7 +21,7 @@ of either. What is final is the policy's call (policy.py); this module only feed
   is trimmed to a short lead-in), nor when no new speech came and every word heard is
   committed.
 * The prompt is the committed text said before the buffer, as openai-whisper's transcribe
-  conditions each window on the text before it, each sentence once (prompt.py).
+  conditions each window on the text before it.
 * The buffer is cut where the policy allows it, moved into the pause that follows when
   there is one (a cut in silence never splits a word), so the buffer, the decode and the
   cache stay bounded however long the session runs.
@@ -44,8 +44,9 @@ from ..audio import SAMPLE_RATE, load_audio_chunk
 from ..events import DecodeResult, TokenEvent
 from .decoder import Decoder, looped
 from .policy import AgreementPolicy, Decision, Hypothesis, TimedWord
-from .prompt import prompt_from
+from .snapshots import LiveStats, LiveUpdate, percentile
 from .vad import VoiceDetector
+
 
 @dataclass(frozen=True)
 class LiveConfig:
@@ -62,49 +63,6 @@ class LiveConfig:
     max_backlog_seconds: float = 120.0  # audio waiting for a stalled decoder
     prompt_chars: int = 200  # committed text given as the prompt (whisper_streaming's 200)
     history: int = 2000  # latency samples kept for the medians
-
-
-@dataclass(frozen=True)
-class LiveStats:
-    """Latency and work figures of a session so far."""
-
-    decodes: int
-    skipped: int  # re-decodes not run: no speech, or nothing new said
-    loops: int  # re-decodes stopped in a loop (their words get no vote)
-    first_token_ms_median: Optional[float]  # newest chunk's arrival -> first token
-    first_token_ms_p95: Optional[float]
-    commit_s_median: Optional[float]  # a word's end arriving -> the word committed
-    commit_s_p95: Optional[float]
-    last_first_token_ms: Optional[float]
-    last_decode_ms: Optional[float]  # wall time of the last re-decode, encoder included
-    last_encoder_ms: Optional[float]  # the encoder's part of it
-    last_tokens: int  # decoder steps of the last re-decode
-    last_from_draft: int  # of them, confirmed from the previous hypothesis (speculative.py)
-    last_draft_passes: int  # the decoder forwards that confirmed them
-    audio_seconds: float  # received so far
-    buffer_seconds: float  # held for re-decoding
-    dropped_seconds: float  # discarded: a decoder too slow for the stream (never silently)
-    lost_seconds: float  # should have arrived by now and did not (chunks lost on the way)
-
-
-@dataclass(frozen=True)
-class LiveUpdate:
-    committed: str  # everything committed so far
-    tentative: str  # the current hypothesis after the committed text (may still change)
-    new_committed: str  # what this update committed ("" if nothing)
-    decoded: bool  # whether a re-decode ran for this update
-    first_token_ms: Optional[float]
-    commit_latencies_s: Tuple[float, ...]  # speech -> commit for each newly committed word
-    stats: LiveStats
-    result: Optional[DecodeResult] = None  # of this re-decode
-    last_event: Optional[TokenEvent] = None  # its last decoder step (cache panel)
-    trimmed_seconds: float = 0.0  # audio cut from the buffer's start
-    final: bool = False  # from finish()
-    reason: str = ""  # which rule committed or cut, or why no decode ran
-
-
-def percentile(values, q) -> Optional[float]:
-    return float(np.percentile(np.asarray(values), q)) if len(values) else None
 
 
 class LiveSession:
@@ -388,7 +346,8 @@ class LiveSession:
         attempt.looped = attempt.result is not None and looped(attempt.result.text)
 
     def _prompt(self, buffer_start_s: float) -> Optional[str]:
-        return prompt_from(self.policy.committed_before(buffer_start_s), self.config.prompt_chars)
+        text = " ".join(w.text for w in self.policy.committed_before(buffer_start_s))
+        return text[-self.config.prompt_chars:].lstrip() or None
 
     def _cut_sample(self, cut_at: float) -> int:
         """The policy's cut point moved into the pause that follows it, if one comes soon."""

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..events import TokenEvent
 from ..timing import warm_up
-from .session import LiveSession, LiveStats, LiveUpdate
+from .session import LiveSession
+from .snapshots import LiveStats, LiveUpdate
 
 DECODE_NICENESS = 5
 

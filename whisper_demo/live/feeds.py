@@ -1,0 +1,189 @@
+"""The three ways the live benchmark feeds a stream of audio to a LiveSession, and what
+each feed records (bench.py measures it).
+
+- fast: every chunk is added, then the session's updates are drained; no clock is in
+  play, so the same stream always gives the same text.
+- paced: real time on a simulated clock. Chunks arrive every chunk-length of stream time
+  and each re-decode costs an encoder pass plus a cost per decoder forward (by default
+  the averages the fast feed measured), during which audio keeps arriving. Each decode
+  then hears what it would on a machine of that speed, and the same costs always give
+  the same text: a real-time result that can be reproduced, and compared between two
+  versions of the code.
+- realtime: a thread adds a chunk every chunk-length of wall time, as a microphone does;
+  the decoder runs whenever enough audio came, as in the app.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from ..audio import SAMPLE_RATE
+from ..events import TokenEvent
+from .decoder import model_decoder
+from .session import LiveConfig, LiveSession
+from .snapshots import LiveUpdate
+
+
+@dataclass
+class FeedResult:
+    feed: str
+    committed: str
+    commit_times: List[float]  # per committed word: stream seconds (fast) or wall seconds (realtime) at commit
+    commit_rules: List[str]  # per committed word: the policy rule that committed it
+    first_token_ms: List[float]
+    decodes: int
+    encoder_ms: float
+    decode_ms: float
+    wall_seconds: float
+    draft: Dict[str, int] = field(default_factory=dict)
+    words: List[Tuple[str, float, float]] = field(default_factory=list)  # committed, stream times
+    looped: int = 0  # decoder calls stopped in a loop (see session.py)
+
+
+def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
+    new = max(0, len(update.committed.split()) - len(result.commit_times))
+    result.commit_times += [now] * new
+    result.commit_rules += [update.reason.split(";")[0] or "commit"] * new
+    result.committed = update.committed
+    result.looped = update.stats.loops
+    if update.decoded and update.result is not None:
+        result.encoder_ms += update.result.encoder_ms
+        result.decode_ms += update.result.decode_seconds * 1000
+        confirmed = update.result.draft_accepted
+        result.draft["confirmed"] = result.draft.get("confirmed", 0) + confirmed
+        result.draft["decoded"] = result.draft.get("decoded", 0) + update.result.n_tokens - confirmed
+        result.draft["passes"] = result.draft.get("passes", 0) + update.result.draft_passes
+
+
+def feed_fast(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig) -> FeedResult:
+    session = LiveSession(model_decoder(model, options), config)
+    result = FeedResult("fast", "", [], [], [], 0, 0.0, 0.0, 0.0)
+    step = int(chunk_s * SAMPLE_RATE)
+    started = time.perf_counter()
+    for start in range(0, audio.size, step):
+        session.add_samples(audio[start:start + step])
+        position = min(audio.size, start + step) / SAMPLE_RATE
+        for item in session.updates():
+            if isinstance(item, LiveUpdate):
+                _record(item, position, result)
+    for item in session.finish():
+        if isinstance(item, LiveUpdate):
+            _record(item, audio.size / SAMPLE_RATE, result)
+    result.wall_seconds = time.perf_counter() - started
+    result.decodes = session.stats().decodes
+    result.words = [(w.text, w.start, w.end) for w in session.policy.committed]
+    return result
+
+
+class SimulatedClock:
+    """Stream seconds, moved on by the paced feed (chunk arrivals, decode costs)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass(frozen=True)
+class DecodeCosts:
+    encoder_s: float  # one encoder pass
+    step_s: float  # one decoder forward (a step, or a pass confirming draft tokens)
+
+    @classmethod
+    def measured(cls, result: FeedResult) -> "DecodeCosts":
+        """The averages of a feed's re-decodes, rounded to the millisecond."""
+        steps = result.draft.get("decoded", 0) + result.draft.get("passes", 0)
+        return cls(round(result.encoder_ms / max(1, result.decodes)) / 1000,
+                   round(result.decode_ms / max(1, steps)) / 1000)
+
+
+def paced_decoder(decoder, clock: SimulatedClock, costs: DecodeCosts):
+    """`decoder` on a simulated clock: its first token comes an encoder pass and one step
+    after the decode starts, and the decode ends after one step per decoder forward."""
+
+    def decode(audio, prompt, draft=None):
+        started, first = clock.now, True
+        for item in decoder(audio, prompt, draft):
+            if isinstance(item, TokenEvent):
+                if first:
+                    clock.now, first = started + costs.encoder_s + costs.step_s, False
+            else:
+                forwards = item.n_tokens - item.draft_accepted + item.draft_passes
+                clock.now = started + costs.encoder_s + costs.step_s * max(1, forwards)
+            yield item
+
+    decode.options = getattr(decoder, "options", None)
+    return decode
+
+
+def feed_paced(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig,
+               costs: DecodeCosts) -> FeedResult:
+    clock = SimulatedClock()
+    session = LiveSession(paced_decoder(model_decoder(model, options), clock, costs), config, clock=clock)
+    result = FeedResult("paced", "", [], [], [], 0, 0.0, 0.0, 0.0)
+    step = int(chunk_s * SAMPLE_RATE)
+    starts = range(0, audio.size, step)
+    arrivals = [min(audio.size, start + step) / SAMPLE_RATE for start in starts]
+    started = time.perf_counter()
+    i = 0
+    while i < len(starts):
+        while i < len(starts) and arrivals[i] <= clock.now + 1e-9:  # what came meanwhile
+            now, clock.now = clock.now, arrivals[i]
+            session.add_samples(audio[starts[i]:starts[i] + step])
+            clock.now, i = max(now, arrivals[i]), i + 1
+        decoded = False
+        if session.ready():  # as the worker polls
+            for item in session.updates():
+                if isinstance(item, LiveUpdate):
+                    _record(item, clock.now, result)
+                    decoded = decoded or item.decoded
+        if not decoded and i < len(starts):
+            clock.now = max(clock.now, arrivals[i])  # wait for the next chunk
+    for item in session.finish():
+        if isinstance(item, LiveUpdate):
+            _record(item, clock.now, result)
+    result.wall_seconds = time.perf_counter() - started
+    result.first_token_ms = list(session._first_token_ms)
+    result.decodes = session.stats().decodes
+    result.words = [(w.text, w.start, w.end) for w in session.policy.committed]
+    return result
+
+
+def feed_realtime(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig) -> FeedResult:
+    session = LiveSession(model_decoder(model, options), config)
+    result = FeedResult("realtime", "", [], [], [], 0, 0.0, 0.0, 0.0)
+    step = int(chunk_s * SAMPLE_RATE)
+    fed = threading.Event()
+    t0 = time.monotonic()
+
+    def microphone():
+        for i, start in enumerate(range(0, audio.size, step)):
+            delay = t0 + (i + 1) * chunk_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            session.add_samples(audio[start:start + step])
+        fed.set()
+
+    threading.Thread(target=microphone, daemon=True).start()
+    while not fed.is_set():
+        if session.ready():
+            for item in session.updates():
+                if isinstance(item, LiveUpdate):
+                    _record(item, time.monotonic() - t0, result)
+        else:
+            time.sleep(0.01)
+    for item in session.finish():
+        if isinstance(item, LiveUpdate):
+            _record(item, time.monotonic() - t0, result)
+    stats = session.stats()
+    result.first_token_ms = list(session._first_token_ms)
+    result.decodes = stats.decodes
+    result.wall_seconds = time.monotonic() - t0
+    result.words = [(w.text, w.start, w.end) for w in session.policy.committed]
+    return result
