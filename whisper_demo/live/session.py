@@ -287,8 +287,7 @@ class LiveSession:
         draft = None
         if self._draft is not None and self._draft[:2] == (self._offset, prompt):
             draft = self._draft[2]  # same audio start and prompt: the text so far is known
-        attempt = _Attempt(newest_arrival)
-        yield from self._decode(prompt, draft, attempt)
+        attempt = yield from self._decode(prompt, draft, newest_arrival)
         first_token_ms, last_event, result = attempt.first_token_ms, attempt.last_event, attempt.result
         now = self.clock()
         self.last_activity = now
@@ -321,13 +320,13 @@ class LiveSession:
                            latencies=latencies, result=result, last_event=last_event,
                            trimmed=trimmed, reason=decision.reason)
 
-    def _decode(self, prompt: Optional[str], draft, attempt: "_Attempt"):
-        """Run the decoder over the buffer: its TokenEvents, and what came of it in
-        `attempt`. A decode whose text falls into a loop ("aaaa...", a phrase over and
+    def _decode(self, prompt: Optional[str], draft, newest_arrival: Optional[float]):
+        """Run the decoder over the buffer: its TokenEvents; returns what came of it (an
+        _Attempt). A decode whose text falls into a loop ("aaaa...", a phrase over and
         over; openai-whisper's transcribe tests its windows the same way) is stopped at
         once: it would run on to its token limit, the longest decodes of all, for text
         that gets no vote."""
-        attempt.result, attempt.looped = None, False
+        attempt = _Attempt(newest_arrival)
         decoding = self.decoder(self._buffer, prompt, draft)
         try:
             for item in decoding:
@@ -338,12 +337,13 @@ class LiveSession:
                     yield item
                     if looped(item.transcript):
                         attempt.looped = True
-                        return
+                        return attempt
                 else:
                     attempt.result = item
         finally:
             decoding.close()
         attempt.looped = attempt.result is not None and looped(attempt.result.text)
+        return attempt
 
     def _prompt(self, buffer_start_s: float) -> Optional[str]:
         text = " ".join(w.text for w in self.policy.committed_before(buffer_start_s))
