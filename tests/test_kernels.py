@@ -69,6 +69,86 @@ def test_attention_kernel_is_sdpa(rows, dtype):
     torch.testing.assert_close(kernels.attend(q, k_stored, v_stored), reference, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["f16", "i8"])
+def test_gelu_is_fused_into_the_matmul(kind):
+    if not kernels.available():
+        return
+    torch.manual_seed(0)
+    weight, bias, x = torch.randn(1536, 384).half().float(), torch.randn(1536), torch.randn(1, 384)
+    plain = kernels.PackedLinear(weight, bias, kind)
+    fused = kernels.PackedLinear(weight, bias, kind, activation="gelu")
+    torch.testing.assert_close(fused(x), F.gelu(plain(x)), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("beams,length", [(1, 1), (1, 37), (5, 200)])
+def test_self_attention_kernel_is_sdpa_over_the_filled_positions(beams, length):
+    if not kernels.available():
+        return
+    torch.manual_seed(0)
+    q = torch.randn(beams, 6, 1, 64)
+    k_cache, v_cache = torch.randn(beams, 6, 448, 64), torch.randn(beams, 6, 448, 64)
+    k_cache[:, :, length:] = float("nan")  # never read: positions not written yet
+    assert kernels.can_self_attend(q, k_cache, v_cache)
+    reference = F.scaled_dot_product_attention(q, k_cache[:, :, :length], v_cache[:, :, :length])
+    torch.testing.assert_close(kernels.self_attend(q, k_cache, v_cache, length), reference,
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_calls_from_many_threads_at_once_give_each_its_own_numbers():
+    """The team serves one call at a time; calls that find it busy run on their own thread.
+    Either way a call's numbers are the ones it gets alone (a panel is summed in one order
+    whichever thread runs it)."""
+    if not kernels.available():
+        return
+    import threading
+
+    torch.manual_seed(0)
+    packed = kernels.PackedLinear(torch.randn(4096, 384).half().float(), None, "f16")
+    packed.threads = 2  # through the team even on a one-core machine
+    inputs = [torch.randn(1, 384) for _ in range(8)]
+    alone = [packed(x) for x in inputs]
+    results, errors = {}, []
+
+    def worker(i):
+        try:
+            for _ in range(50):
+                out = packed(inputs[i])
+                if not torch.equal(out, alone[i]):
+                    errors.append(i)
+            results[i] = out
+        except Exception as error:  # surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(torch.equal(results[i], alone[i]) for i in range(len(inputs)))
+
+
+def test_step_threads_gives_torch_one_thread_and_the_kernels_the_rest():
+    if not kernels.available():
+        return
+    import threading
+
+    outer = torch.get_num_threads()
+    seen_elsewhere = []
+    with kernels.step_threads():
+        assert torch.get_num_threads() == 1  # torch's operators: this thread alone
+        assert kernels.threads_for(kernels.PARALLEL_MIN_BYTES) == outer
+        assert kernels.threads_for(kernels.PARALLEL_MIN_BYTES - 1) == 1
+        with kernels.torch_threads():  # a prompt's matrix products
+            assert torch.get_num_threads() == outer
+        assert torch.get_num_threads() == 1
+        other = threading.Thread(target=lambda: seen_elsewhere.append(torch.get_num_threads()))
+        other.start()
+        other.join()
+    assert seen_elsewhere == [outer]  # another decode's thread keeps torch's count
+    assert torch.get_num_threads() == outer
+
+
 def test_decoder_without_kernels_gives_the_same_tokens():
     """WHISPER_KV_NO_KERNELS=1 (as on a machine without a compiler): PyTorch's float32 path,
     and the exact mode's tokens are the kernels' (and openai-whisper's)."""

@@ -19,6 +19,7 @@ forward over the model's own weights. It calls none of the decoder's key/value m
 all state of a static or off decode is local to it.
 """
 
+import contextlib
 import copy
 import itertools
 
@@ -27,6 +28,7 @@ from torch import Tensor
 from whisper.decoding import Inference, PyTorchInference
 from whisper.model import Whisper
 
+from . import kernels
 from .runner import decoder_runner
 
 def self_cache_bytes(model: Whisper, tokens: int, beams: int, element_size: int) -> int:
@@ -104,6 +106,10 @@ class CacheStrategy(Inference):
     def logits_at(self, tokens: Tensor, audio_features: Tensor, positions) -> Tensor:
         raise NotImplementedError
 
+    def step_context(self):
+        """Entered around each decoder step (its forward, logit filters and token choice)."""
+        return contextlib.nullcontext()
+
     def cache_tokens(self) -> int:
         return 0
 
@@ -167,6 +173,11 @@ class StaticCache(CacheStrategy):
             return head[:, -1] if j == 0 else self.runner.logits(states[:, j : j + 1])[:, 0]
 
         return row, (head[:, 0] if first else None)
+
+    def step_context(self):
+        # with the kernels, torch's operators run on one thread and the kernels' team on the
+        # rest (kernels.step_threads says why); PyTorch's float32 path keeps torch's threads
+        return kernels.step_threads() if self.runner.kind is not None else contextlib.nullcontext()
 
     def truncate(self, length: int):
         """Keep only the first `length` positions, e.g. after a draft was rejected there.

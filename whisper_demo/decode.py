@@ -323,7 +323,7 @@ def _decode_window(model, audio_features, tokenizer, options, language, temperat
     try:
         for i in range(task.sample_len):
             started = time.perf_counter()
-            with torch.inference_mode():
+            with torch.inference_mode(), cache.step_context():
                 # draft tokens a pass may check: steps left, and positions left in the cache
                 room = min(task.sample_len - i, n_ctx - tokens.shape[1])
                 from_verifier = verifier.logits(tokens, room) if verifier else None

@@ -65,19 +65,24 @@ def int8_linear(weight: Tensor) -> Linear:
 PACKED_MAX_ROWS = 8
 
 
-def step_linear(weight: Tensor, bias: Optional[Tensor], kind: Optional[str]) -> Linear:
-    """x -> x @ weight.T + bias: packed (kind "f16" or "i8") for the few rows of a step,
-    PyTorch's F.linear otherwise (kind None, or many rows in "f16")."""
+def step_linear(weight: Tensor, bias: Optional[Tensor], kind: Optional[str],
+                activation: Optional[str] = None) -> Linear:
+    """x -> x @ weight.T + bias, then `activation` ("gelu"): packed (kind "f16" or "i8") for
+    the few rows of a step, PyTorch's F.linear otherwise (kind None, or many rows in "f16")."""
+    def unpacked(x: Tensor) -> Tensor:
+        y = F.linear(x, weight, bias)
+        return F.gelu(y) if activation == "gelu" else y
+
     if kind is None:
-        return lambda x: F.linear(x, weight, bias)
-    packed = kernels.PackedLinear(weight, bias, kind)
+        return unpacked
+    packed = kernels.PackedLinear(weight, bias, kind, activation)
     if kind == "i8":  # int8 always packed: a row gives the same numbers in any batch
         return packed
 
     def apply(x: Tensor) -> Tensor:
         if x.numel() <= PACKED_MAX_ROWS * x.shape[-1]:
             return packed(x)
-        return F.linear(x, weight, bias)
+        return unpacked(x)
     return apply
 
 
@@ -102,16 +107,18 @@ class BlockWeights:
         self.query, self.key, self.value, self.out = map(linear, (attn.query, attn.key, attn.value, attn.out))
         self.cross_query, self.cross_out = linear(cross.query), linear(cross.out)
         self.cross_key, self.cross_value = linear(cross.key), linear(cross.value)
-        self.mlp_in, self.mlp_out = linear(block.mlp[0]), linear(block.mlp[2])
+        mlp_in, self.mlp_out = block.mlp[0], linear(block.mlp[2])
+        # the MLP's hidden layer, gelu(x @ W.T + b): one kernel pass for a step's few rows
+        self.mlp_hidden = step_linear(mlp_in.weight.detach(), mlp_in.bias.detach(), kind, "gelu")
         self.attn_ln, self.cross_attn_ln, self.mlp_ln = map(layer_norm, (block.attn_ln, block.cross_attn_ln, block.mlp_ln))
         # query, key and value as one matmul (key has no bias in Whisper: zeros there)
         qkv_weight = torch.cat([attn.query.weight, attn.key.weight, attn.value.weight]).detach()
         qkv_bias = torch.cat([attn.query.bias, torch.zeros_like(attn.query.bias), attn.value.bias]).detach()
         self.qkv = step_linear(qkv_weight, qkv_bias, kind)
         if kind is not None:
-            self.out, self.cross_query, self.cross_out, self.mlp_in, self.mlp_out = (
+            self.out, self.cross_query, self.cross_out, self.mlp_out = (
                 step_linear(layer.weight.detach(), layer.bias.detach(), kind)
-                for layer in (attn.out, cross.query, cross.out, block.mlp[0], block.mlp[2]))
+                for layer in (attn.out, cross.query, cross.out, block.mlp[2]))
 
 
 class DecoderRunner:
@@ -166,6 +173,8 @@ class DecoderRunner:
               for b in self.blocks]
         if self.kind == "i8":
             kv = [(kernels.cross_key_layout(k, torch.float16), v.half()) for k, v in kv]
+        elif self.kind == "f16":
+            kv = [(kernels.cross_key_layout(k, torch.float32), v) for k, v in kv]
         return kv
 
     def forward(self, tokens: Tensor, offset: int, self_kv, cross_kv, logit_positions=None,
@@ -185,6 +194,15 @@ class DecoderRunner:
         Returns float32 logits [beams, n or len(logit_positions), vocab]; with project=False
         the final layer-normed states at those positions instead, for `logits(states)`.
         """
+        if tokens.numel() > PACKED_MAX_ROWS:  # a prompt or a draft: real matrix products
+            with kernels.torch_threads():
+                return self._forward(tokens, offset, self_kv, cross_kv, logit_positions, cross_qk,
+                                     project, self_weights)
+        return self._forward(tokens, offset, self_kv, cross_kv, logit_positions, cross_qk, project,
+                             self_weights)
+
+    def _forward(self, tokens, offset, self_kv, cross_kv, logit_positions, cross_qk, project,
+                 self_weights) -> Tensor:
         n_beams, n_new = tokens.shape
         end = offset + n_new
         x = F.embedding(tokens, self.token_embedding) + self.positional_embedding[offset:end]
@@ -206,7 +224,9 @@ class DecoderRunner:
             q = self._split_heads(q)
             k_cache[:, :, offset:end] = self._split_heads(k)
             v_cache[:, :, offset:end] = self._split_heads(v)
-            if self_weights is None:
+            if self_weights is None and n_new == 1 and self.kind is not None and kernels.can_self_attend(q, k_cache, v_cache):
+                a = kernels.self_attend(q, k_cache, v_cache, end)  # a step: one row per beam
+            elif self_weights is None:
                 a = F.scaled_dot_product_attention(
                     q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, is_causal=causal)
             else:
@@ -229,7 +249,7 @@ class DecoderRunner:
                 a = qk.softmax(dim=-1).to(v_cross.dtype) @ v_cross
             x = x + b.cross_out(self._merge_heads(a).reshape(n_beams, n_new, -1))
 
-            x = x + b.mlp_out(F.gelu(b.mlp_in(b.mlp_ln(x))))
+            x = x + b.mlp_out(b.mlp_hidden(b.mlp_ln(x)))
 
         if logit_positions is not None:
             x = x[:, logit_positions]

@@ -41,7 +41,7 @@ def weight_bytes(runner) -> dict:
     """Bytes of the matrices one step reads, by kind."""
     out = defaultdict(int)
     for b in runner.blocks:
-        for name in ("qkv", "out", "cross_query", "cross_out", "mlp_in", "mlp_out"):
+        for name in ("qkv", "out", "cross_query", "cross_out", "mlp_hidden", "mlp_out"):
             out["block linears"] += _fn_bytes(getattr(b, name), runner)
     out["vocab projection"] = _fn_bytes(runner.project, runner, vocab=True)
     return dict(out)
@@ -87,14 +87,17 @@ def main(argv=None) -> int:
     for i, b in enumerate(runner.blocks):
         for name, label in (("qkv", "matmul: query/key/value"), ("out", "matmul: attention out"),
                             ("cross_query", "matmul: cross query"), ("cross_out", "matmul: cross out"),
-                            ("mlp_in", "matmul: mlp"), ("mlp_out", "matmul: mlp")):
+                            ("mlp_hidden", "matmul: mlp (gelu fused)"), ("mlp_out", "matmul: mlp")):
             originals[(i, name)] = getattr(b, name)
             setattr(b, name, _labelled(label, getattr(b, name)))
     original_project = runner.project
     runner.project = _labelled("matmul: vocabulary projection", runner.project)
     from . import kernels
-    original_attend = kernels.attend
-    kernels.attend = _labelled("attention: cross, kernel (float16 K/V)", original_attend)
+    original_attend, original_self_attend = kernels.attend, kernels.self_attend
+    cross_dtype = "float16" if runner.kind == "i8" else "float32"
+    kernels.attend = _labelled(f"attention: cross, kernel ({cross_dtype} K/V)", original_attend)
+    kernels.self_attend = _labelled("attention: self, kernel", original_self_attend)
+    back_offs_before = kernels.team_back_offs()
     import whisper.decoding as wd
     patched = []
     for cls, label in ((wd.SuppressBlank, "logit filters"), (wd.SuppressTokens, "logit filters"),
@@ -124,7 +127,7 @@ def main(argv=None) -> int:
         for (i, name), fn in originals.items():
             setattr(runner.blocks[i], name, fn)
         runner.project = original_project
-        kernels.attend = original_attend
+        kernels.attend, kernels.self_attend = original_attend, original_self_attend
 
     n = len(step_ms)
     step = sum(step_ms) / n
@@ -137,7 +140,7 @@ def main(argv=None) -> int:
         rows.append((key, ms))
         labelled_total += ms
     attention = sum(by[k].cpu_time_total for k in by if k == "aten::scaled_dot_product_attention") / 1000 / n
-    rows.append(("attention: SDPA (self; cross in the exact mode)", attention))
+    rows.append(("attention: SDPA (where the kernels do not take it)", attention))
     heavy = ("scaled_dot_product", "aten::mm", "aten::addmm", "linear_dynamic", "aten::_log_softmax",
              "aten::argmax", "aten::topk")
     other_ops = sorted(((e.self_cpu_time_total / 1000 / n, e.key) for e in events
@@ -165,7 +168,8 @@ def main(argv=None) -> int:
                        (f"self-attention K/V at position {position}", self_kv)]:
         print(f"  {key:<50}{value / 2**20:8.1f} MB")
     print(f"  {'total':<50}{total / 2**20:8.1f} MB in {step:.2f} ms = {total / step / 1e6:.1f} GB/s")
-    print(f"(profiled wall time {wall_ms / n:.2f} ms per step, including the loop's bookkeeping)")
+    print(f"(profiled wall time {wall_ms / n:.2f} ms per step, including the loop's bookkeeping; "
+          f"kernel team back-offs: {kernels.team_back_offs() - back_offs_before})")
     return 0
 
 

@@ -1,5 +1,6 @@
-"""Compact-weight matmuls for decoder steps, compiled on first use with this machine's C++
-compiler (matmul.cpp) and called through ctypes.
+"""Compact-weight matmuls and attention for decoder steps, compiled on first use with this
+machine's C++ compiler (matmul.cpp; team.cpp shares a call's work between threads) and
+called through ctypes.
 
 Why: a decoder step multiplies 1 row (greedy) or 5 (beam 5) by every weight matrix, so its
 time is the time to read the weights. Whisper's released weights are float16 values; kept
@@ -12,6 +13,7 @@ PyTorch's float32 matmul, which gives the same tokens, only slower. The library 
 under models.cache_dir()/kernels, keyed by the source and the CPU's flags.
 """
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -25,7 +27,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-SOURCE = Path(__file__).with_name("matmul.cpp")
+SOURCES = [Path(__file__).with_name(name) for name in ("matmul.cpp", "team.cpp")]
+HEADERS = [Path(__file__).with_name("team.h")]
 _lib = None
 _error: Optional[str] = None
 _lock = threading.Lock()
@@ -48,7 +51,7 @@ def _build() -> ctypes.CDLL:
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if not compiler:
         raise RuntimeError("no C++ compiler (g++) found")
-    source = SOURCE.read_bytes()
+    source = b"".join(path.read_bytes() for path in SOURCES + HEADERS)
     key = hashlib.sha256(source + _cpu_flags().encode() + compiler.encode()).hexdigest()[:16]
     folder = cache_dir() / "kernels"
     library = folder / f"matmul-{key}.so"
@@ -56,23 +59,29 @@ def _build() -> ctypes.CDLL:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=folder) as scratch:
             built = Path(scratch) / library.name
-            # -fopenmp: the same libgomp soname as torch's, so one thread pool serves both
-            subprocess.run([compiler, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
-                            "-o", str(built), str(SOURCE)], check=True, capture_output=True, timeout=300)
+            # C++20 for std::atomic wait/notify (team.cpp: a helper sleeps on a futex);
+            # -fopenmp links libgomp.so.1, the soname torch loads: step_threads sets its count
+            subprocess.run([compiler, "-O3", "-march=native", "-std=c++20", "-pthread", "-fopenmp",
+                            "-shared", "-fPIC", "-o", str(built), *map(str, SOURCES)],
+                           check=True, capture_output=True, timeout=300)
             os.replace(built, library)  # atomic: a concurrent build never sees half a file
     lib = ctypes.CDLL(str(library))
     for name, weight in (("matmul_f16", ctypes.c_void_p), ("matmul_i8", ctypes.c_void_p)):
         fn = getattr(lib, name)
         fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, weight, ctypes.c_long,
                        ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                       ctypes.c_long, ctypes.c_int]
+                       ctypes.c_long, ctypes.c_int, ctypes.c_int]
         fn.restype = None
-    for name in ("attend_f32", "attend_f16"):
+    for name in ("attend_f32", "attend_f16", "self_attend_f32"):
         fn = getattr(lib, name)
         fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
                        ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_float, ctypes.c_void_p,
                        ctypes.c_int]
         fn.restype = None
+    lib.set_openmp_threads.argtypes = [ctypes.c_int]
+    lib.set_openmp_threads.restype = None
+    lib.openmp_threads.restype = ctypes.c_int
+    lib.team_back_offs.restype = ctypes.c_long
     return lib
 
 
@@ -103,17 +112,77 @@ def panel_width() -> int:
     return library().panel_width()
 
 
-# Matrices smaller than this run on one thread: waking a second thread for a few hundred
-# KB costs more than it saves, and far more when another process holds the other core.
-PARALLEL_MIN_BYTES = 4 << 20
+# Calls that read less than this run on their caller's thread alone: below it, handing
+# half the work to a helper (team.cpp) saves less than the handing costs.
+PARALLEL_MIN_BYTES = 256 << 10
+
+
+_step = threading.local()  # .threads: the team's thread count inside step_threads()
+
+
+def threads_for(nbytes: int) -> int:
+    """How many threads a kernel call that reads `nbytes` uses: torch's count (the one
+    `torch.set_num_threads` sets; inside step_threads, the count torch had) when the call is
+    big enough, else 1."""
+    if nbytes < PARALLEL_MIN_BYTES:
+        return 1
+    return getattr(_step, "threads", None) or torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def step_threads():
+    """A decoder step: torch's own operators run on the calling thread alone, and only the
+    kernels' team (team.cpp) uses the other threads. Why: with OMP_WAIT_POLICY=PASSIVE each
+    of torch's parallel operators wakes a sleeping thread (~50 us here, as long as the
+    operator) and waits for it at a barrier, and when another process holds the other core
+    that wait can last a scheduler tick (4 ms) per operator. Only the calling thread's
+    OpenMP count changes (torch reads it per thread): other decodes keep theirs."""
+    lib = library()
+    outer = lib.openmp_threads()
+    previous = getattr(_step, "threads", None)
+    _step.threads = previous or outer
+    lib.set_openmp_threads(1)
+    try:
+        yield
+    finally:
+        lib.set_openmp_threads(outer)
+        _step.threads = previous
+
+
+def team_back_offs() -> int:
+    """How many times the kernels' team saw a helper descheduled (another process wanted
+    the core) and let calls run on their callers alone for a while (team.cpp)."""
+    lib = library()
+    return lib.team_back_offs() if lib else 0
+
+
+@contextlib.contextmanager
+def torch_threads():
+    """Inside step_threads, give torch its threads back for a real matrix product (a
+    prompt's or a draft's many rows, where MKL on every thread wins); elsewhere nothing."""
+    threads = getattr(_step, "threads", None)
+    if threads is None:
+        yield
+        return
+    lib = library()
+    lib.set_openmp_threads(threads)
+    try:
+        yield
+    finally:
+        lib.set_openmp_threads(1)
+
+
+ACTIVATIONS = {None: 0, "gelu": 1}
 
 
 class PackedLinear:
     """y = x @ W.T * scale + bias for a torch Linear's weight W [out, in], with W stored
     packed as float16 ("f16": exact for float16-valued weights) or int8 ("i8": symmetric,
-    one scale per output). Call with float32 x [..., in] on the CPU."""
+    one scale per output), then `activation` ("gelu": F.gelu, fused into the same pass).
+    Call with float32 x [..., in] on the CPU."""
 
-    def __init__(self, weight: Tensor, bias: Optional[Tensor], kind: str):
+    def __init__(self, weight: Tensor, bias: Optional[Tensor], kind: str,
+                 activation: Optional[str] = None):
         lib = library()
         width = lib.panel_width()
         weight = weight.detach().float().cpu()
@@ -137,16 +206,14 @@ class PackedLinear:
         # [panels, width, in] -> [panels, in, width]: each k of a panel is contiguous
         self.packed = padded.view(panels, width, self.n_in).transpose(1, 2).contiguous()
         self.bias = None if bias is None else bias.detach().float().cpu().contiguous()
-        self.parallel = self.packed.nbytes >= PARALLEL_MIN_BYTES
-        self.threads: Optional[int] = None  # None: torch.get_num_threads() when parallel
+        self.activation = ACTIVATIONS[activation]
+        self.threads: Optional[int] = None  # None: threads_for(its bytes)
         self._packed_ptr = self.packed.data_ptr()
         self._scale_ptr = None if self.scale is None else self.scale.data_ptr()
         self._bias_ptr = None if self.bias is None else self.bias.data_ptr()
 
     def _threads(self) -> int:
-        if not self.parallel:
-            return 1
-        return self.threads or torch.get_num_threads()
+        return self.threads or threads_for(self.packed.nbytes)
 
     @property
     def nbytes(self) -> int:
@@ -159,7 +226,7 @@ class PackedLinear:
         rows = x.numel() // n_in
         out = torch.empty(*x.shape[:-1], self.n_out, dtype=torch.float32)
         self._fn(x.data_ptr(), rows, n_in, self._packed_ptr, n_in, self.n_out, self._scale_ptr,
-                 self._bias_ptr, out.data_ptr(), self.n_out, self._threads())
+                 self._bias_ptr, out.data_ptr(), self.n_out, self.activation, self._threads())
         return out
 
 def cross_key_layout(k: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -193,5 +260,25 @@ def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     out = torch.empty(rows, heads, dim, dtype=torch.float32)
     fn = lib.attend_f16 if k.dtype == torch.float16 else lib.attend_f32
     fn(qr.data_ptr(), rows, heads, dim, k.data_ptr(), v.data_ptr(), length, k.stride(-1),
-       dim ** -0.5, out.data_ptr(), min(torch.get_num_threads(), heads))
+       dim ** -0.5, out.data_ptr(), threads_for(k.nbytes + v.nbytes))
     return out.transpose(0, 1).unsqueeze(0)
+
+
+def can_self_attend(q: Tensor, k_cache: Tensor, v_cache: Tensor) -> bool:
+    """Whether `self_attend` takes these: one new row per beam, float32 cache buffers."""
+    return (q.shape[2] == 1 and q.shape[-1] % 16 == 0 and q.dtype == torch.float32
+            and k_cache.dtype == v_cache.dtype == torch.float32 and q.device.type == "cpu"
+            and k_cache.is_contiguous() and v_cache.is_contiguous())
+
+
+def self_attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, length: int) -> Tensor:
+    """scaled_dot_product_attention(q, k_cache[:, :, :length], v_cache[:, :, :length]) for a
+    decoder step: q [beams, heads, 1, head_dim], each beam reading its own cache ([beams,
+    heads, n_ctx, head_dim] buffers). Returns [beams, heads, 1, head_dim]."""
+    beams, heads, _, dim = q.shape
+    q = q.contiguous()
+    out = torch.empty_like(q)
+    read = 2 * beams * heads * length * dim * 4
+    library().self_attend_f32(q.data_ptr(), beams, heads, dim, k_cache.data_ptr(), v_cache.data_ptr(),
+                              length, k_cache.shape[2], dim ** -0.5, out.data_ptr(), threads_for(read))
+    return out

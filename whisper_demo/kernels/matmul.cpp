@@ -11,9 +11,13 @@
 // Built by whisper_demo/kernels/__init__.py with the machine's compiler (-O3 -march=native);
 // The multiply-adds are plain loops that the compiler vectorizes; the widening of a panel
 // line to float32 uses intrinsics (F16C / AVX-512 / AVX2), as GCC 12 does not vectorize it.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <immintrin.h>
+#include <vector>
+
+#include "team.h"
 
 #define NB 32
 #ifndef PREFETCH
@@ -71,44 +75,68 @@ static inline void panel(const float* __restrict x, long ldx, const T* __restric
     std::memcpy(acc, a, sizeof(a));
 }
 
+// torch.nn.functional.gelu (the erf form), for the MLP's hidden layer
+static inline float gelu(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); }
+
+// A call's arguments, and one work item of it: a group of panels (team.h).
 template <typename T, int M>
-static void rows(const float* x, long ldx, const T* w, long K, long N, const float* scale,
-                 const float* bias, float* out, long ldo, int threads) {
-    const long P = (N + NB - 1) / NB;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (long p = 0; p < P; p++) {
-        float acc[M * NB];
-        panel<T, M>(x, ldx, w + p * K * NB, K, acc);
-        const long n0 = p * NB, nn = (N - n0) < NB ? (N - n0) : NB;
-        for (int m = 0; m < M; m++) {
-            float* o = out + m * ldo + n0;
-            const float* a = acc + m * NB;
-            for (long j = 0; j < nn; j++) {
-                float v = a[j];
-                if (scale) v *= scale[n0 + j];
-                if (bias) v += bias[n0 + j];
-                o[j] = v;
+struct Rows {
+    const float* x; long ldx; const T* w; long K, N; const float* scale; const float* bias;
+    float* out; long ldo; int act; long group;
+
+    static void item(void* context, long g) {
+        const Rows& c = *static_cast<const Rows*>(context);
+        const long panels = (c.N + NB - 1) / NB;
+        for (long p = g * c.group; p < (g + 1) * c.group && p < panels; p++) {
+            float acc[M * NB];
+            panel<T, M>(c.x, c.ldx, c.w + p * c.K * NB, c.K, acc);
+            const long n0 = p * NB, nn = (c.N - n0) < NB ? (c.N - n0) : NB;
+            for (int m = 0; m < M; m++) {
+                float* o = c.out + m * c.ldo + n0;
+                const float* a = acc + m * NB;
+                for (long j = 0; j < nn; j++) {
+                    float v = a[j];
+                    if (c.scale) v *= c.scale[n0 + j];
+                    if (c.bias) v += c.bias[n0 + j];
+                    o[j] = c.act ? gelu(v) : v;
+                }
             }
         }
     }
+};
+
+// Panels per work item: ~64 KB of weights, enough work to be worth a claim (an atomic
+// shared by the threads) and small enough that a late helper still gets a share.
+template <typename T>
+static long panel_group(long K) {
+    const long bytes = K * NB * (long)sizeof(T);
+    return bytes >= 65536 ? 1 : 65536 / bytes;
+}
+
+template <typename T, int M>
+static void rows(const float* x, long ldx, const T* w, long K, long N, const float* scale,
+                 const float* bias, float* out, long ldo, int act, int threads) {
+    Rows<T, M> call{x, ldx, w, K, N, scale, bias, out, ldo, act, panel_group<T>(K)};
+    const long panels = (N + NB - 1) / NB;
+    team::run((panels + call.group - 1) / call.group, &Rows<T, M>::item, &call, threads);
 }
 
 template <typename T>
 static void matmul(const float* x, long M, long ldx, const T* w, long K, long N, const float* scale,
-                   const float* bias, float* out, long ldo, int threads) {
+                   const float* bias, float* out, long ldo, int act, int threads) {
     for (long m0 = 0; m0 < M; m0 += 8) {
         const long mm = (M - m0) < 8 ? (M - m0) : 8;
         const float* xs = x + m0 * ldx;
         float* os = out + m0 * ldo;
         switch (mm) {
-            case 1: rows<T, 1>(xs, ldx, w, K, N, scale, bias, os, ldo, threads); break;
-            case 2: rows<T, 2>(xs, ldx, w, K, N, scale, bias, os, ldo, threads); break;
-            case 3: rows<T, 3>(xs, ldx, w, K, N, scale, bias, os, ldo, threads); break;
-            case 4: rows<T, 4>(xs, ldx, w, K, N, scale, bias, os, ldo, threads); break;
-            case 5: rows<T, 5>(xs, ldx, w, K, N, scale, bias, os, ldo, threads); break;
-            case 6: rows<T, 6>(xs, ldx, w, K, N, scale, bias, os, ldo, threads); break;
-            case 7: rows<T, 7>(xs, ldx, w, K, N, scale, bias, os, ldo, threads); break;
-            default: rows<T, 8>(xs, ldx, w, K, N, scale, bias, os, ldo, threads); break;
+            case 1: rows<T, 1>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
+            case 2: rows<T, 2>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
+            case 3: rows<T, 3>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
+            case 4: rows<T, 4>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
+            case 5: rows<T, 5>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
+            case 6: rows<T, 6>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
+            case 7: rows<T, 7>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
+            default: rows<T, 8>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
         }
     }
 }
@@ -116,14 +144,15 @@ static void matmul(const float* x, long M, long ldx, const T* w, long K, long N,
 extern "C" {
 int panel_width() { return NB; }
 
+// act: 0 none, 1 gelu on every output (the MLP's hidden layer, one pass less)
 void matmul_f16(const float* x, long M, long ldx, const _Float16* w, long K, long N,
-                const float* scale, const float* bias, float* out, long ldo, int threads) {
-    matmul<_Float16>(x, M, ldx, w, K, N, scale, bias, out, ldo, threads);
+                const float* scale, const float* bias, float* out, long ldo, int act, int threads) {
+    matmul<_Float16>(x, M, ldx, w, K, N, scale, bias, out, ldo, act, threads);
 }
 
 void matmul_i8(const float* x, long M, long ldx, const int8_t* w, long K, long N,
-               const float* scale, const float* bias, float* out, long ldo, int threads) {
-    matmul<int8_t>(x, M, ldx, w, K, N, scale, bias, out, ldo, threads);
+               const float* scale, const float* bias, float* out, long ldo, int act, int threads) {
+    matmul<int8_t>(x, M, ldx, w, K, N, scale, bias, out, ldo, act, threads);
 }
 }
 
@@ -198,35 +227,82 @@ static void attend_head(const float* q, long H, long D, const T* kt, const T* v,
     }
 }
 
+// A call's arguments; a work item is one head (for every row).
+template <typename T>
+struct Attend {
+    const float* q; long R, H, D; const T* kt; const T* v; long L, Lp; float scale; float* out;
+
+    static void item(void* context, long h) {
+        const Attend& c = *static_cast<const Attend*>(context);
+        thread_local std::vector<float> scores;
+        if ((long)scores.size() < 8 * c.Lp) scores.resize(8 * c.Lp);
+        float* S = scores.data();
+        const T* kth = c.kt + h * c.D * c.Lp;
+        const T* vh = c.v + h * c.L * c.D;
+        for (long r0 = 0; r0 < c.R; r0 += 8) {
+            const long mm = (c.R - r0) < 8 ? (c.R - r0) : 8;
+            const float* qh = c.q + (r0 * c.H + h) * c.D;
+            float* oh = c.out + (r0 * c.H + h) * c.D;
+            const long H = c.H, D = c.D, L = c.L, Lp = c.Lp;
+            switch (mm) {
+                case 1: attend_head<T, 1>(qh, H, D, kth, vh, L, Lp, c.scale, oh, S); break;
+                case 2: attend_head<T, 2>(qh, H, D, kth, vh, L, Lp, c.scale, oh, S); break;
+                case 3: attend_head<T, 3>(qh, H, D, kth, vh, L, Lp, c.scale, oh, S); break;
+                case 4: attend_head<T, 4>(qh, H, D, kth, vh, L, Lp, c.scale, oh, S); break;
+                case 5: attend_head<T, 5>(qh, H, D, kth, vh, L, Lp, c.scale, oh, S); break;
+                case 6: attend_head<T, 6>(qh, H, D, kth, vh, L, Lp, c.scale, oh, S); break;
+                case 7: attend_head<T, 7>(qh, H, D, kth, vh, L, Lp, c.scale, oh, S); break;
+                default: attend_head<T, 8>(qh, H, D, kth, vh, L, Lp, c.scale, oh, S); break;
+            }
+        }
+    }
+};
+
 template <typename T>
 static void attend(const float* q, long R, long H, long D, const T* kt, const T* v, long L, long Lp,
                    float scale, float* out, int threads) {
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        float* S = new float[8 * Lp];
-#pragma omp for schedule(static)
-        for (long h = 0; h < H; h++) {
-            const T* kth = kt + h * D * Lp;
-            const T* vh = v + h * L * D;
-            for (long r0 = 0; r0 < R; r0 += 8) {
-                const long mm = (R - r0) < 8 ? (R - r0) : 8;
-                const float* qh = q + (r0 * H + h) * D;
-                float* oh = out + (r0 * H + h) * D;
-                switch (mm) {
-                    case 1: attend_head<T, 1>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
-                    case 2: attend_head<T, 2>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
-                    case 3: attend_head<T, 3>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
-                    case 4: attend_head<T, 4>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
-                    case 5: attend_head<T, 5>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
-                    case 6: attend_head<T, 6>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
-                    case 7: attend_head<T, 7>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
-                    default: attend_head<T, 8>(qh, H, D, kth, vh, L, Lp, scale, oh, S); break;
-                }
-            }
-        }
-        delete[] S;
-    }
+    Attend<T> call{q, R, H, D, kt, v, L, Lp, scale, out};
+    team::run(H, &Attend<T>::item, &call, threads);
 }
+
+// ---------------------------------------------------------------------------------------
+// Self-attention of a decoder step: each of R beams has one new query row per head and its
+// own cache of L positions (the new one included).
+//   out[b, h, :] = softmax_t(q[b, h, :] . K[b, h, t, :] * scale) @ V[b, h, t, :],  t < L
+// q, out: [R, H, D]; K, V: [R, H, Lmax, D] (the static cache's buffers). A work item is one
+// (beam, head). D must be a multiple of 16 (Whisper's head size is 64).
+struct SelfAttend {
+    const float* q; long H, D; const float* k; const float* v; long L, Lmax; float scale; float* out;
+
+    static void item(void* context, long bh) {
+        const SelfAttend& c = *static_cast<const SelfAttend*>(context);
+        const long b = bh / c.H, h = bh % c.H, D = c.D;
+        const float* qv = c.q + (b * c.H + h) * D;
+        const float* kh = c.k + bh * c.Lmax * D;
+        const float* vh = c.v + bh * c.Lmax * D;
+        thread_local std::vector<float> scores;
+        if ((long)scores.size() < c.L + 16) scores.resize(c.L + 16);
+        float* s = scores.data();
+        float m = -INFINITY;
+        for (long t = 0; t < c.L; t++) {
+            float part[16] = {0};  // 16 lanes summed in order, then across: vectorizes
+            for (long d0 = 0; d0 < D; d0 += 16)
+                for (int j = 0; j < 16; j++) part[j] += qv[d0 + j] * kh[t * D + d0 + j];
+            float dot = 0.0f;
+            for (int j = 0; j < 16; j++) dot += part[j];
+            s[t] = dot * c.scale;
+            m = s[t] > m ? s[t] : m;
+        }
+        float sum;
+        exp_shifted(s, c.L, m, &sum);
+        float* o = c.out + (b * c.H + h) * D;
+        for (long d = 0; d < D; d++) o[d] = 0.0f;
+        for (long t = 0; t < c.L; t++)
+            for (long d = 0; d < D; d++) o[d] += s[t] * vh[t * D + d];
+        const float inv = 1.0f / sum;
+        for (long d = 0; d < D; d++) o[d] *= inv;
+    }
+};
 
 extern "C" {
 void attend_f32(const float* q, long R, long H, long D, const float* kt, const float* v, long L, long Lp,
@@ -237,5 +313,11 @@ void attend_f32(const float* q, long R, long H, long D, const float* kt, const f
 void attend_f16(const float* q, long R, long H, long D, const _Float16* kt, const _Float16* v, long L,
                 long Lp, float scale, float* out, int threads) {
     attend<_Float16>(q, R, H, D, kt, v, L, Lp, scale, out, threads);
+}
+
+void self_attend_f32(const float* q, long R, long H, long D, const float* k, const float* v, long L,
+                     long Lmax, float scale, float* out, int threads) {
+    SelfAttend call{q, H, D, k, v, L, Lmax, scale, out};
+    team::run(R * H, &SelfAttend::item, &call, threads);
 }
 }
