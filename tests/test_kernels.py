@@ -142,6 +142,8 @@ def test_step_threads_gives_torch_one_thread_and_the_kernels_the_rest():
         with kernels.torch_threads():  # a prompt's matrix products
             assert torch.get_num_threads() == outer
         assert torch.get_num_threads() == 1
+        with kernels.torch_threads(when=False):  # a step's few rows
+            assert torch.get_num_threads() == 1
         other = threading.Thread(target=lambda: seen_elsewhere.append(torch.get_num_threads()))
         other.start()
         other.join()

@@ -1,6 +1,8 @@
 """The live benchmark's measures (whisper_demo/live/bench.py), on tables: what counts as a
 phrase committed twice, and how speech -> commit is read from word times."""
 
+import pytest
+
 from whisper_demo.live.bench import phrases_committed_twice, speech_to_commit
 from whisper_demo.live.feeds import FeedResult
 
@@ -65,3 +67,28 @@ def test_the_paced_feed_charges_each_decode_its_cost_and_repeats_itself(tiny_mod
         assert "ask not what your country can do for you" in result.committed.lower().replace(",", "")
     again = feed_paced(tiny_model, DecodeOptions(), audio, 0.1, LiveConfig(), dear)
     assert again.committed == runs[dear].committed and again.commit_times == runs[dear].commit_times
+
+
+def test_the_paced_clock_charges_a_decode_stopped_early_for_every_token_it_made():
+    # A decode the session stops in a loop never reports its costs; the simulated machine
+    # must still have spent a step on each token it made (not one step for all of them).
+    from whisper_demo.events import TokenEvent
+    from whisper_demo.live.feeds import DecodeCosts, SimulatedClock, paced_decoder
+
+    def looping(audio, prompt, draft=None):
+        for step in range(1000):
+            yield TokenEvent(step=step, window=0, token_id=1, text="", transcript="", latency_ms=1.0,
+                             cache_tokens=1, cache_capacity=448, self_cache_bytes=0,
+                             self_cache_reserved_bytes=0, cross_cache_bytes=0, rss_bytes=0,
+                             cache_mode="static", beam_size=1, from_draft=3 <= step < 8)
+
+    clock = SimulatedClock()
+    clock.now = 10.0
+    decode = paced_decoder(looping, clock, DecodeCosts(encoder_s=0.2, step_s=0.01))
+    for count, _ in enumerate(decode(None, None), start=1):
+        if count == 1:
+            assert clock.now == pytest.approx(10.0 + 0.2 + 0.01)  # encoder pass, first step
+        if count == 12:
+            break  # stopped here, as the session stops a loop
+    # 12 tokens: 3 steps, one pass that confirmed 5 draft tokens, 4 steps
+    assert clock.now == pytest.approx(10.0 + 0.2 + 0.01 * 8)

@@ -21,6 +21,9 @@ they build (a C++ compiler is there):
 - int8: the 32 small linears of the blocks are int8 weight-only (one scale per output; with
   torch's dynamic quantization they cost more than they saved, the activation quantized on
   every call), and the cross-attention K/V are float16, read by kernels.attend.
+In both, a step's self-attention (one row per beam) and cross-attention are kernels too,
+gelu is fused into the MLP's first matmul, and a step's parallel work runs on the kernels'
+own thread team with torch's operators on the calling thread alone (kernels.step_threads).
 Query, key and value are one matmul per layer in every case. Without the kernels, PyTorch's
 float32 matmuls (the layout of the tied vocabulary projection aside, see below), the same
 tokens. What each measured is in the README ("What we tried").
@@ -194,12 +197,10 @@ class DecoderRunner:
         Returns float32 logits [beams, n or len(logit_positions), vocab]; with project=False
         the final layer-normed states at those positions instead, for `logits(states)`.
         """
-        if tokens.numel() > PACKED_MAX_ROWS:  # a prompt or a draft: real matrix products
-            with kernels.torch_threads():
-                return self._forward(tokens, offset, self_kv, cross_kv, logit_positions, cross_qk,
-                                     project, self_weights)
-        return self._forward(tokens, offset, self_kv, cross_kv, logit_positions, cross_qk, project,
-                             self_weights)
+        # a prompt or a draft (many rows): real matrix products, on torch's threads
+        with kernels.torch_threads(when=tokens.numel() > PACKED_MAX_ROWS):
+            return self._forward(tokens, offset, self_kv, cross_kv, logit_positions, cross_qk, project,
+                                 self_weights)
 
     def _forward(self, tokens, offset, self_kv, cross_kv, logit_positions, cross_qk, project,
                  self_weights) -> Tensor:
@@ -216,6 +217,7 @@ class DecoderRunner:
         mask = None
         if n_new > 1 and offset > 0:
             mask = torch.ones(n_new, end, dtype=torch.bool, device=x.device).tril(diagonal=offset)
+        step_kernels = self.kind is not None and n_new == 1  # one new token per beam
 
         for b, (k_cache, v_cache), (k_cross, v_cross) in zip(self.blocks, self_kv, cross_kv):
             # self-attention: write this step's K/V in place, attend over everything so far
@@ -224,7 +226,7 @@ class DecoderRunner:
             q = self._split_heads(q)
             k_cache[:, :, offset:end] = self._split_heads(k)
             v_cache[:, :, offset:end] = self._split_heads(v)
-            if self_weights is None and n_new == 1 and self.kind is not None and kernels.can_self_attend(q, k_cache, v_cache):
+            if step_kernels and self_weights is None and kernels.can_self_attend(q, k_cache, v_cache):
                 a = kernels.self_attend(q, k_cache, v_cache, end)  # a step: one row per beam
             elif self_weights is None:
                 a = F.scaled_dot_product_attention(

@@ -153,7 +153,7 @@ def main(argv=None) -> int:
     for key, ms in rows:
         print(f"{key:<52}{ms:7.2f}{ms / step:7.0%}")
     accounted = labelled_total + attention
-    print(f"{'everything else (norms, gelu, adds, views, Python)':<52}{step - accounted:7.2f}{(step - accounted) / step:7.0%}")
+    print(f"{'everything else (norms, adds, views, calls, Python)':<52}{step - accounted:7.2f}{(step - accounted) / step:7.0%}")
     print(f"{'  of it: other aten operators (self time)':<52}{sum(t for t, _ in other_ops):7.2f}"
           f"   top: {', '.join(f'{k[6:]} {t:.2f}' for t, k in other_ops[:4])}")
     weights = weight_bytes(runner)

@@ -157,11 +157,12 @@ def team_back_offs() -> int:
 
 
 @contextlib.contextmanager
-def torch_threads():
-    """Inside step_threads, give torch its threads back for a real matrix product (a
-    prompt's or a draft's many rows, where MKL on every thread wins); elsewhere nothing."""
+def torch_threads(when: bool = True):
+    """Inside step_threads, give torch its threads back (if `when`) for a real matrix
+    product (a prompt's or a draft's many rows, where MKL on every thread wins); elsewhere
+    nothing."""
     threads = getattr(_step, "threads", None)
-    if threads is None:
+    if threads is None or not when:
         yield
         return
     lib = library()

@@ -37,12 +37,13 @@ class FeedResult:
     commit_rules: List[str]  # per committed word: the policy rule that committed it
     first_token_ms: List[float]
     decodes: int
-    encoder_ms: float
+    encoder_ms: float  # summed over the decodes that ran to their end (with_result)
     decode_ms: float
     wall_seconds: float
     draft: Dict[str, int] = field(default_factory=dict)
     words: List[Tuple[str, float, float]] = field(default_factory=list)  # committed, stream times
     looped: int = 0  # decoder calls stopped in a loop (see session.py)
+    with_result: int = 0  # decodes that ran to their end and reported their costs
 
 
 def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
@@ -52,6 +53,7 @@ def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
     result.committed = update.committed
     result.looped = update.stats.loops
     if update.decoded and update.result is not None:
+        result.with_result += 1
         result.encoder_ms += update.result.encoder_ms
         result.decode_ms += update.result.decode_seconds * 1000
         confirmed = update.result.draft_accepted
@@ -97,22 +99,28 @@ class DecodeCosts:
 
     @classmethod
     def measured(cls, result: FeedResult) -> "DecodeCosts":
-        """The averages of a feed's re-decodes, rounded to the millisecond."""
+        """The averages of a feed's re-decodes that ran to their end (one stopped in a loop
+        reports no costs), rounded to the millisecond."""
         steps = result.draft.get("decoded", 0) + result.draft.get("passes", 0)
-        return cls(round(result.encoder_ms / max(1, result.decodes)) / 1000,
+        return cls(round(result.encoder_ms / max(1, result.with_result)) / 1000,
                    round(result.decode_ms / max(1, steps)) / 1000)
 
 
 def paced_decoder(decoder, clock: SimulatedClock, costs: DecodeCosts):
     """`decoder` on a simulated clock: its first token comes an encoder pass and one step
-    after the decode starts, and the decode ends after one step per decoder forward."""
+    after the decode starts, each later token one step after the one before (a run of
+    draft tokens one step for the pass that confirmed them), and a decode that ends costs
+    what its result counts: an encoder pass and one step per decoder forward. A decode
+    stopped early (a loop) has been charged token by token up to where it stopped."""
 
     def decode(audio, prompt, draft=None):
-        started, first = clock.now, True
+        started, forwards, in_draft_pass = clock.now, 0, False
         for item in decoder(audio, prompt, draft):
             if isinstance(item, TokenEvent):
-                if first:
-                    clock.now, first = started + costs.encoder_s + costs.step_s, False
+                if not item.from_draft or not in_draft_pass:
+                    forwards += 1
+                in_draft_pass = item.from_draft
+                clock.now = started + costs.encoder_s + costs.step_s * forwards
             else:
                 forwards = item.n_tokens - item.draft_accepted + item.draft_passes
                 clock.now = started + costs.encoder_s + costs.step_s * max(1, forwards)
