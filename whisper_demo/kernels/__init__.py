@@ -135,8 +135,9 @@ def step_threads():
     kernels' team (team.cpp) uses the other threads. Why: with OMP_WAIT_POLICY=PASSIVE each
     of torch's parallel operators wakes a sleeping thread (~50 us here, as long as the
     operator) and waits for it at a barrier, and when another process holds the other core
-    that wait can last a scheduler tick (4 ms) per operator. Only the calling thread's
-    OpenMP count changes (torch reads it per thread): other decodes keep theirs."""
+    that wait can last milliseconds per operator (README, "A step's threads"). Only the
+    calling thread's OpenMP count changes (torch reads it per thread): other decodes keep
+    theirs."""
     lib = library()
     outer = lib.openmp_threads()
     previous = getattr(_step, "threads", None)
