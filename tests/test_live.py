@@ -390,6 +390,30 @@ def test_a_decode_that_loops_is_stopped_at_once_and_gets_no_vote():
     assert [u.reason for u in updates[-2:]] == ["decoder looped; hypothesis ignored"] * 2
 
 
+def test_a_buffer_that_keeps_looping_on_its_prompt_is_decoded_without_it():
+    # A buffer whose every decode loops on its prompt would never commit a word (base
+    # did this to 58 words of running speech, prompted "... This is the Montreal Forest
+    # Aligner."). One loop is common and the prompt usually right, so only loops that
+    # persist (loop_reset_after in a row) drop it, and only until that buffer is cut.
+    hello = [("Hello", 0.1, 0.5), ("there.", 0.6, 1.1)]
+    here = [("We", 0.4, 0.6), ("are", 0.7, 0.9), ("here.", 1.0, 1.4)]
+    decoder = LoopsWhenPrompted(*[hello] * 3, *[here] * 4)
+    config = LiveConfig(min_new_seconds=0.5, pause_seconds=0.5, long_pause_seconds=1.0, lead_in_seconds=0.3,
+                        min_vote_seconds=0.0, loop_reset_after=3)
+    session = LiveSession(decoder, config, vad=LoudVoice())
+    chunks = [loud(1.2)] + [quiet(0.1)] * 25 + [loud(0.5)] * 5 + [quiet(0.1)] * 25 + [loud(0.5)] * 2
+    for audio in chunks:
+        session.add_samples(audio)
+        drain(session.updates())
+    prompts = [prompt for _, prompt in decoder.calls]
+    # three loops on "Hello there.", then the same buffer unprompted until it is committed
+    first_loop = prompts.index("Hello there.")
+    assert prompts[first_loop:first_loop + 4] == ["Hello there."] * 3 + [None]
+    assert session.committed_text == "Hello there. We are here."
+    # the next utterance (a new buffer after a long pause) is prompted again
+    assert prompts[-1] == "Hello there. We are here."
+
+
 def test_add_audio_is_thread_safe_and_the_idle_clock_moves():
     now = [100.0]
     session = LiveSession(Script(), vad=LoudVoice(), clock=lambda: now[0])

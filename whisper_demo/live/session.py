@@ -21,7 +21,8 @@ of either. What is final is the policy's call (policy.py); this module only feed
   is trimmed to a short lead-in), nor when no new speech came and every word heard is
   committed.
 * The prompt is the committed text said before the buffer, as openai-whisper's transcribe
-  conditions each window on the text before it.
+  conditions each window on the text before it; a buffer whose decodes keep looping on it
+  (`loop_reset_after` in a row) is decoded without one until it is cut.
 * The buffer is cut where the policy allows it, moved into the pause that follows when
   there is one (a cut in silence never splits a word), so the buffer, the decode and the
   cache stay bounded however long the session runs.
@@ -62,6 +63,11 @@ class LiveConfig:
     hard_limit_seconds: float = 29.5  # one Whisper window: older audio is dropped (counted)
     max_backlog_seconds: float = 120.0  # audio waiting for a stalled decoder
     prompt_chars: int = 200  # committed text given as the prompt (whisper_streaming's 200)
+    # This many looped decodes in a row and the buffer is decoded without a prompt until
+    # it is cut: the prompt is what they loop on. 0: never. (openai-whisper's transcribe
+    # drops the prompt for good after one failed window; live, that cost more than it
+    # saved: the committed text is what gets the next short utterances right.)
+    loop_reset_after: int = 5
     history: int = 2000  # latency samples kept for the medians
 
 
@@ -100,6 +106,8 @@ class LiveSession:
         self._decodes = 0
         self._skipped = 0
         self._loops = 0  # decodes that fell into a loop
+        self._loops_in_row = 0
+        self._unprompted_buffer: Optional[int] = None  # the buffer start that loops on its prompt
         self._first_token_ms: Deque[float] = deque(maxlen=self.config.history)
         self._commit_s: Deque[float] = deque(maxlen=self.config.history)
         self._last_first_token_ms: Optional[float] = None
@@ -305,7 +313,12 @@ class LiveSession:
         speech_end = voice_end / SAMPLE_RATE if pause else None
         if attempt.looped:
             self._loops += 1
+            self._loops_in_row += 1
             hypothesis = None  # a loop's words get no vote
+            if self._loops_in_row == config.loop_reset_after:
+                self._unprompted_buffer = self._offset
+        else:
+            self._loops_in_row = 0
         if final:
             decision = self.policy.finish(hypothesis, speech_end)
         elif hypothesis is None:
@@ -346,6 +359,8 @@ class LiveSession:
         return attempt
 
     def _prompt(self, buffer_start_s: float) -> Optional[str]:
+        if self._unprompted_buffer == self._offset:
+            return None
         text = " ".join(w.text for w in self.policy.committed_before(buffer_start_s))
         return text[-self.config.prompt_chars:].lstrip() or None
 

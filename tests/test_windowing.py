@@ -1,0 +1,45 @@
+"""A window's log-mel is exactly what openai-whisper's transcribe computes for it."""
+
+import numpy as np
+import torch
+from whisper.audio import HOP_LENGTH, N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
+
+from whisper_demo.windowing import window_mel
+
+
+def transcribe_mel(audio: np.ndarray, seek: int, segment_size: int) -> torch.Tensor:
+    """openai-whisper transcribe()'s window: the whole audio's log-mel (30 s of zero
+    padding after it), the window's frames, zero-padded to 30 s."""
+    mel = log_mel_spectrogram(torch.from_numpy(audio), padding=N_SAMPLES)
+    return pad_or_trim(mel[:, seek : seek + segment_size], N_FRAMES)
+
+
+def test_a_window_of_a_live_buffer_is_transcribes_mel_to_the_bit(clip):
+    # Buffers of real speech cut at any sample (live buffers end anywhere), quiet ones
+    # too: padding by one FFT window instead of 30 s must not change a single value.
+    speech = np.concatenate([clip("jfk.wav"), clip("speech_25s.wav")])
+    rng = np.random.default_rng(0)
+    for _ in range(12):
+        start = int(rng.integers(0, speech.size - N_SAMPLES // 2))
+        length = int(rng.integers(HOP_LENGTH, N_SAMPLES))
+        for audio in (speech[start : start + length], 1e-4 * speech[start : start + length]):
+            frames = audio.size // HOP_LENGTH
+            assert torch.equal(window_mel(audio, 0, frames, 80), transcribe_mel(audio, 0, frames))
+
+
+def test_digital_silence_gives_transcribes_mel_too():
+    audio = np.zeros(3 * 16000 + 77, np.float32)
+    frames = audio.size // HOP_LENGTH
+    assert torch.equal(window_mel(audio, 0, frames, 80), transcribe_mel(audio, 0, frames))
+
+
+def test_the_windows_of_a_long_file_are_transcribes_mel_of_each_window(clip):
+    # Past 30 s transcribe normalises over the whole file and window_mel over the window
+    # (bounded memory), so the reference here is transcribe's computation on the window.
+    audio = np.concatenate([clip("speech_25s.wav")] * 2)
+    first = audio[:N_SAMPLES]
+    assert torch.equal(window_mel(audio, 0, N_FRAMES, 80), transcribe_mel(first, 0, N_FRAMES))
+    seek = N_FRAMES
+    segment_size = audio.size // HOP_LENGTH - seek
+    window = audio[seek * HOP_LENGTH :]
+    assert torch.equal(window_mel(audio, seek, segment_size, 80), transcribe_mel(window, 0, segment_size))
