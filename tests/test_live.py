@@ -15,6 +15,7 @@ from whisper_demo.live import (LiveConfig, LiveSession, LiveUpdate, LiveWorker, 
 from whisper_demo.live import worker as worker_mod
 from whisper_demo.text import word_edits
 from whisper_demo.timing import Word
+from whisper_demo.ui.live_tab import stats_html
 
 SR = 16000
 
@@ -402,10 +403,19 @@ def test_a_buffer_that_keeps_looping_on_its_prompt_is_decoded_without_it():
                         min_vote_seconds=0.0, loop_reset_after=3)
     session = LiveSession(decoder, config, vad=LoudVoice())
     chunks = [loud(1.2)] + [quiet(0.1)] * 25 + [loud(0.5)] * 5 + [quiet(0.1)] * 25 + [loud(0.5)] * 2
+    updates = []
     for audio in chunks:
         session.add_samples(audio)
-        drain(session.updates())
+        updates.append(drain(session.updates()))
     prompts = [prompt for _, prompt in decoder.calls]
+    # the panel says so while that buffer lasts, and the update that decided it says why
+    unprompted = [u for u in updates if u is not None and u.stats.unprompted]
+    assert unprompted and unprompted[0].reason.endswith("3 in a row: this buffer is decoded without the prompt")
+    assert not updates[-1].stats.unprompted
+    def tiles(update):
+        return stats_html(worker_mod.LiveView(1, "", "", update, None, update.stats, None, False))
+    assert "decoded without one until it is cut" in tiles(unprompted[0])
+    assert "without one" not in tiles(updates[-1])
     # three loops on "Hello there.", then the same buffer unprompted until it is committed
     first_loop = prompts.index("Hello there.")
     assert prompts[first_loop:first_loop + 4] == ["Hello there."] * 3 + [None]

@@ -199,6 +199,7 @@ class LiveSession:
         ft, cs = list(self._first_token_ms), list(self._commit_s)
         return LiveStats(
             decodes=self._decodes, skipped=self._skipped, loops=self._loops,
+            unprompted=self._unprompted_buffer == self._offset,
             first_token_ms_median=percentile(ft, 50), first_token_ms_p95=percentile(ft, 95),
             commit_s_median=percentile(cs, 50), commit_s_p95=percentile(cs, 95),
             last_first_token_ms=self._last_first_token_ms, last_decode_ms=self._last_decode_ms,
@@ -322,7 +323,10 @@ class LiveSession:
         if final:
             decision = self.policy.finish(hypothesis, speech_end)
         elif hypothesis is None:
-            decision = Decision((), self._tentative, reason="decoder looped; hypothesis ignored")
+            reason = "decoder looped; hypothesis ignored"
+            if self._loops_in_row == config.loop_reset_after:
+                reason += f"; {self._loops_in_row} in a row: this buffer is decoded without the prompt"
+            decision = Decision((), self._tentative, reason=reason)
         else:
             decision = self.policy.update(hypothesis, speech_end)
         latencies = self._commit_latencies(decision.committed, now, record=not final)

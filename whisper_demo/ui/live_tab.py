@@ -130,6 +130,8 @@ def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
         ("Re-decodes", str(s.decodes),
          f"{s.skipped} skipped (no new speech)"
          + (f" · {s.loops} stopped in a loop (no vote)" if s.loops else "")
+         + (" · this buffer kept looping on the committed text given as its prompt: it is"
+            " decoded without one until it is cut" if s.unprompted else "")
          + (f" · last {ms(s.last_decode_ms)}" if s.last_decode_ms else "")
          + (f", encoder {ms(s.last_encoder_ms)}" if s.last_encoder_ms else "")
          + (f" · {s.last_from_draft} of its {s.last_tokens} tokens confirmed from the previous "
