@@ -8,9 +8,10 @@ import torch
 import whisper
 from whisper.audio import N_FRAMES, N_SAMPLES
 
-from whisper_demo.cache import cross_cache_bytes, hook_count, self_cache_bytes
+from whisper_demo.cache import StaticCache, cross_cache_bytes, hook_count, self_cache_bytes
 from whisper_demo.decode import stream_transcribe, transcribe
 from whisper_demo.events import DecodeOptions, TokenEvent
+from whisper_demo.runner import decoder_runner
 from whisper_demo.text import words
 from decoding import decode_all
 
@@ -226,3 +227,26 @@ def test_int8_is_refused_where_it_cannot_apply():
         DecodeOptions(cache="hooks", precision="int8")
     with pytest.raises(ValueError, match="precision"):
         DecodeOptions(precision="fp8")
+
+
+def test_word_timing_reuses_the_decodes_audio_keys_and_values(tiny_model, clip, monkeypatch):
+    # Word timing needs the cross-attention K/V of the window's audio; the exact static
+    # decode has just projected them. Reusing them must change no time and save a projection.
+    runner = decoder_runner(tiny_model, "exact")
+    project = runner.cross_keys_values
+    calls = []
+    monkeypatch.setattr(runner, "cross_keys_values", lambda features: calls.append(1) or project(features))
+    options = DecodeOptions(cache="static", word_timestamps=True)
+    audio = clip("speech_25s.wav")
+
+    reused = transcribe(tiny_model, audio, options)
+    assert len(calls) == 1  # the decode's own, not a second one for the timing
+    monkeypatch.setattr(StaticCache, "exact_cross_kv", lambda self: None)
+    calls.clear()
+    projected = transcribe(tiny_model, audio, options)
+    assert len(calls) == 2
+
+    def timed_words(result):
+        return [(w.text, w.start, w.end) for s in result.segments for w in s.words]
+
+    assert timed_words(reused) and timed_words(reused) == timed_words(projected)

@@ -110,6 +110,11 @@ class CacheStrategy(Inference):
         """Entered around each decoder step (its forward, logit filters and token choice)."""
         return contextlib.nullcontext()
 
+    def exact_cross_kv(self):
+        """The cross-attention K/V this decode projected from the audio, if they are what
+        word timing (timing.align_words, the exact runner) would project itself; else None."""
+        return None
+
     def cache_tokens(self) -> int:
         return 0
 
@@ -194,6 +199,9 @@ class StaticCache(CacheStrategy):
             for k, v in self.self_kv:
                 k[:, :, : self.length] = k[index, :, : self.length]
                 v[:, :, : self.length] = v[index, :, : self.length]
+
+    def exact_cross_kv(self):
+        return self.cross_kv if self.runner.precision == "exact" else None
 
     def cleanup_caching(self):
         self.self_kv = None

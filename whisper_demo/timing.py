@@ -9,8 +9,10 @@ What differs is where the attention comes from. openai-whisper's `find_alignment
 whole model again (encoder included) with forward hooks on the shared decoder modules. Here
 one functional decoder pass (runner.py) reads the audio features the decode already has: no
 second encoder pass, no hooks on a model other decodes are using, and no vocabulary
-projection (the alignment needs no logits). On tiny.en this costs one batched decoder
-forward plus the DTW, a few tens of milliseconds per window.
+projection (the alignment needs no logits), and when the decode ran in exact precision
+with the static cache, not even the audio's cross-attention K/V, which it projected
+already. On tiny.en this costs one batched decoder forward plus the DTW: ~14 ms of a live
+re-decode of a 3-12 s buffer (~31 ms when the K/V are projected again).
 """
 
 from __future__ import annotations
@@ -61,17 +63,19 @@ class Word:
 
 
 def align_words(model, tokenizer: Tokenizer, audio_features: torch.Tensor,
-                text_tokens: Sequence[int], num_frames: int) -> List[WordTiming]:
+                text_tokens: Sequence[int], num_frames: int, cross_kv=None) -> List[WordTiming]:
     """openai-whisper's `find_alignment`, over audio features already computed. Times are
     in seconds from the start of the window; num_frames is the window's mel frames of
-    real audio (the padding after it is not searched)."""
+    real audio (the padding after it is not searched). cross_kv: the exact runner's
+    cross_keys_values of these features, if the decode already projected them."""
     if not text_tokens:
         return []
     runner = decoder_runner(model, "exact")
     tokens = [*tokenizer.sot_sequence, tokenizer.no_timestamps, *text_tokens, tokenizer.eot]
     device = audio_features.device
     with torch.inference_mode():
-        cross_kv = runner.cross_keys_values(audio_features[:1])
+        if cross_kv is None:
+            cross_kv = runner.cross_keys_values(audio_features[:1])
         head_dim = runner.d_model // runner.n_head
         shape = (1, runner.n_head, len(tokens), head_dim)
         scratch = [(torch.empty(shape, dtype=runner.dtype, device=device),
@@ -99,13 +103,14 @@ def align_words(model, tokenizer: Tokenizer, audio_features: torch.Tensor,
 
 
 def add_word_timestamps(segments, model, tokenizer: Tokenizer, audio_features: torch.Tensor,
-                        num_frames: int, time_offset: float, last_speech_end: float) -> float:
+                        num_frames: int, time_offset: float, last_speech_end: float,
+                        cross_kv=None) -> float:
     """Give each of one window's segments its `words` (Word, in stream seconds), following
     openai-whisper's `add_word_timestamps`. Returns the end of the last speech, which the
-    next window's call takes as `last_speech_end`."""
+    next window's call takes as `last_speech_end`. cross_kv: see align_words."""
     per_segment = [[t for t in s.tokens if t < tokenizer.eot] for s in segments]
     alignment = align_words(model, tokenizer, audio_features,
-                            list(itertools.chain.from_iterable(per_segment)), num_frames)
+                            list(itertools.chain.from_iterable(per_segment)), num_frames, cross_kv)
     if not alignment:
         return last_speech_end
     durations = np.array([t.end - t.start for t in alignment])
