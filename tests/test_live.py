@@ -353,12 +353,13 @@ class LoopsWhenPrompted(Script):
     """A scripted decoder that, given a prompt, repeats it for as long as it is let run
     (counting the tokens it was asked for), and without one answers from its script."""
 
-    def __init__(self, *answers):
+    def __init__(self, *answers, then_loops_unprompted: bool = False):
         super().__init__(*answers)
         self.looped_tokens = 0
+        self.then_loops_unprompted = then_loops_unprompted  # once the script is spent
 
     def __call__(self, audio, prompt, draft=None):
-        if prompt is None:
+        if prompt is None and (self.answers or not self.then_loops_unprompted):
             yield from super().__call__(audio, prompt, draft)
             return
         self.calls.append((audio.size / SR, prompt))
@@ -412,6 +413,7 @@ def test_a_buffer_that_keeps_looping_on_its_prompt_is_decoded_without_it():
     unprompted = [u for u in updates if u is not None and u.stats.unprompted]
     assert unprompted and unprompted[0].reason.endswith("3 in a row: this buffer is decoded without the prompt")
     assert not updates[-1].stats.unprompted
+
     def tiles(update):
         return stats_html(worker_mod.LiveView(1, "", "", update, None, update.stats, None, False))
     assert "decoded without one until it is cut" in tiles(unprompted[0])
@@ -422,6 +424,29 @@ def test_a_buffer_that_keeps_looping_on_its_prompt_is_decoded_without_it():
     assert session.committed_text == "Hello there. We are here."
     # the next utterance (a new buffer after a long pause) is prompted again
     assert prompts[-1] == "Hello there. We are here."
+
+
+def test_loops_are_counted_in_a_row_per_buffer():
+    # A buffer that loops even without its prompt is cut after a long pause; the next
+    # buffer, prompted again, must get its own count of loops in a row, not inherit one
+    # already past loop_reset_after (it would then keep its prompt for ever).
+    hello = [("Hello", 0.1, 0.5), ("there.", 0.6, 1.1)]
+    decoder = LoopsWhenPrompted(*[hello] * 3, then_loops_unprompted=True)
+    config = LiveConfig(min_new_seconds=0.5, pause_seconds=0.5, long_pause_seconds=1.0, lead_in_seconds=0.3,
+                        min_vote_seconds=0.0, loop_reset_after=2)
+    session = LiveSession(decoder, config, vad=LoudVoice())
+    utterance = [loud(0.5)] * 3 + [quiet(0.1)] * 25
+    for audio in [loud(1.2)] + [quiet(0.1)] * 25 + utterance:
+        session.add_samples(audio)
+        drain(session.updates())
+    second = [prompt for _, prompt in decoder.calls[3:]]
+    assert second[:3] == ["Hello there.", "Hello there.", None] and len(second) > 3  # loops on
+    calls_before = len(decoder.calls)
+    for audio in utterance:
+        session.add_samples(audio)
+        drain(session.updates())
+    third = [prompt for _, prompt in decoder.calls[calls_before:]]
+    assert third[:3] == ["Hello there.", "Hello there.", None]
 
 
 def test_add_audio_is_thread_safe_and_the_idle_clock_moves():

@@ -106,7 +106,7 @@ class LiveSession:
         self._decodes = 0
         self._skipped = 0
         self._loops = 0  # decodes that fell into a loop
-        self._loops_in_row = 0
+        self._loops_in_row = 0  # looped decodes of this buffer in a row
         self._unprompted_buffer: Optional[int] = None  # the buffer start that loops on its prompt
         self._first_token_ms: Deque[float] = deque(maxlen=self.config.history)
         self._commit_s: Deque[float] = deque(maxlen=self.config.history)
@@ -312,19 +312,18 @@ class LiveSession:
         hypothesis = _hypothesis(result, offset_s, end / SAMPLE_RATE)
         pause = (end - voice_end) >= config.pause_seconds * SAMPLE_RATE
         speech_end = voice_end / SAMPLE_RATE if pause else None
+        self._loops_in_row = self._loops_in_row + 1 if attempt.looped else 0
+        drop_prompt = attempt.looped and self._loops_in_row == config.loop_reset_after
         if attempt.looped:
             self._loops += 1
-            self._loops_in_row += 1
             hypothesis = None  # a loop's words get no vote
-            if self._loops_in_row == config.loop_reset_after:
-                self._unprompted_buffer = self._offset
-        else:
-            self._loops_in_row = 0
+        if drop_prompt:
+            self._unprompted_buffer = self._offset
         if final:
             decision = self.policy.finish(hypothesis, speech_end)
         elif hypothesis is None:
             reason = "decoder looped; hypothesis ignored"
-            if self._loops_in_row == config.loop_reset_after:
+            if drop_prompt:
                 reason += f"; {self._loops_in_row} in a row: this buffer is decoded without the prompt"
             decision = Decision((), self._tentative, reason=reason)
         else:
@@ -382,6 +381,7 @@ class LiveSession:
             return 0.0
         self._buffer = self._buffer[n:].copy()
         self._offset = stream_sample
+        self._loops_in_row = 0  # counted per buffer (LiveConfig.loop_reset_after)
         self.vad.forget_before(self._offset)
         with self._lock:  # arrival marks are kept only for audio still held
             while len(self._arrivals) > 1 and self._arrivals[1][0] <= self._offset:
