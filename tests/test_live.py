@@ -15,7 +15,7 @@ from whisper_demo.live import (LiveConfig, LiveSession, LiveUpdate, LiveWorker, 
 from whisper_demo.live import worker as worker_mod
 from whisper_demo.text import word_edits
 from whisper_demo.timing import Word
-from whisper_demo.ui.live_tab import stats_html
+from whisper_demo.ui.live_view import stats_html
 
 SR = 16000
 

@@ -8,14 +8,13 @@ thread), kept in the tab's SessionRegistry under Gradio's session hash; all shar
 model from the store. The microphone's `.stream` handler only queues the chunk and returns
 (a chunk arriving while a decode runs is buffered, never dropped, and the handler never
 waits for the decoder); a gr.Timer redraws the view from the worker's immutable LiveView
-(committed text in normal type, tentative text grey and italic, the cache panel and the
-latency chart) whenever it changed. Stop commits the rest. The registry closes sessions
-idle for its timeout, so an abandoned tab frees its thread and audio.
+(live_view.py: committed text in normal type, tentative text grey and italic, the cache
+panel and the latency chart) where it changed. Stop commits the rest. The registry closes
+sessions idle for its timeout, so an abandoned tab frees its thread and audio.
 """
 
 from __future__ import annotations
 
-import html
 import logging
 import time
 from typing import Optional
@@ -25,20 +24,19 @@ import gradio as gr
 from ..audio import AudioError
 from ..events import CACHE_MODES, DecodeOptions
 from ..options import decode_options
-from ..live import LiveSession, LiveUpdate, LiveView, LiveWorker, SessionRegistry, model_decoder
+from ..live import LiveSession, LiveUpdate, LiveWorker, SessionRegistry, model_decoder
 from ..live.registry import IDLE_TIMEOUT_S
 from . import panel
 from .chunk_order import ChunkSequencer
 from .chunk_tap import ChunkInbox, receives_every_chunk
 from .chunk_tap import install_chunk_tap as _install_chunk_tap  # its name here before chunk_tap.py
+from .live_view import TENTATIVE_STYLE, changed_only, render, render_chart, sent, transcript_html
 from .store import Defaults, ModelStore
 from .controls import link_cache_controls
 
 log = logging.getLogger(__name__)
 
 REFRESH_S = 0.25  # view refresh while a session is active
-COMMITTED_STYLE = ""
-TENTATIVE_STYLE = "color:#94a3b8;font-style:italic"
 
 
 class TabSession:
@@ -51,8 +49,7 @@ class TabSession:
         self.worker: LiveWorker = desktop.worker if desktop is not None else LiveWorker(
             LiveSession(model_decoder(model, options)), yield_cpu=True)
         self.rendered_version = -1
-        self.sent_html: list = [None, None, None]  # transcript, stats, panel as last sent
-        self.chart_key = None  # (decodes, final) of the chart last sent
+        self.sent_html: list = [None] * 4  # transcript, stats, panel, chart as last sent
         self.final: Optional[LiveUpdate] = None
         self.order: Optional[ChunkSequencer] = None  # the page's chunk order (browser source)
         self.created = time.monotonic()
@@ -88,132 +85,6 @@ class TabSession:
 
 
 # ---------------------------------------------------------------------------- rendering
-
-
-def transcript_html(committed: str, tentative: str, final: bool = False, note: str = "") -> str:
-    committed_html = f'<span class="wk-committed" style="{COMMITTED_STYLE}">{html.escape(committed)}</span>'
-    tentative_html = (f' <span class="wk-tentative" style="{TENTATIVE_STYLE}">{html.escape(tentative)}</span>'
-                      if tentative else "")
-    if not committed and not tentative:
-        body = ('<span style="color:var(--body-text-color-subdued)">'
-                f'{html.escape(note or "Press Record and speak: text appears here as you talk.")}</span>')
-    else:
-        body = committed_html + tentative_html
-    state = "final" if final else "live"
-    return (f'<div id="live-transcript-body" data-state="{state}" '
-            f'style="font-size:1.15rem;line-height:1.6;min-height:4.5rem;padding:.6rem .8rem;'
-            f'border:1px solid var(--border-color-primary);border-radius:8px">{body}</div>')
-
-
-def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
-    s = view.stats
-    if s is None:
-        return ""
-
-    def ms(v):
-        return panel.fmt_ms(v) if v is not None else "—"
-
-    def sec(v):
-        return f"{v:.1f} s" if v is not None else "—"
-
-    tiles = [
-        ("Chunk end → first token", ms(s.first_token_ms_median),
-         f"median · p95 {ms(s.first_token_ms_p95)} · last {ms(s.last_first_token_ms)}"),
-        ("Speech → commit", sec(s.commit_s_median),
-         f"from each word's end in the audio · median · p95 {sec(s.commit_s_p95)}"),
-        ("Buffer", f"{s.buffer_seconds:.1f} s",
-         f"of {s.audio_seconds:.1f} s heard · cut after committed sentences and long pauses"
-         + (f" · audio lost {s.lost_seconds:.1f} s (arrived slower than real time)"
-            if s.lost_seconds > 0 else "")
-         + (f" · {s.dropped_seconds:.1f} s dropped (decoding slower than speech)" if s.dropped_seconds > 0 else "")
-         + (f" · {order.reordered} chunks arrived out of order, put back" if order and order.reordered else "")),
-        ("Re-decodes", str(s.decodes),
-         f"{s.skipped} skipped (no new speech)"
-         + (f" · {s.loops} stopped in a loop (no vote)" if s.loops else "")
-         + (" · this buffer kept looping on the committed text given as its prompt: it is"
-            " decoded without one until it is cut" if s.unprompted else "")
-         + (f" · last {ms(s.last_decode_ms)}" if s.last_decode_ms else "")
-         + (f", encoder {ms(s.last_encoder_ms)}" if s.last_encoder_ms else "")
-         + (f" · {s.last_from_draft} of its {s.last_tokens} tokens confirmed from the previous "
-            f"hypothesis in {s.last_draft_passes} pass{'es' if s.last_draft_passes != 1 else ''}"
-            if s.last_from_draft else "")),
-    ]
-    cells = "".join(
-        f'<div class="wk-tile"><div class="wk-label">{html.escape(a)}</div>'
-        f'<div class="wk-value">{b}</div><div class="wk-sub">{html.escape(c)}</div></div>'
-        for a, b, c in tiles)
-    return f'<div class="wk-panel"><div class="wk-grid">{cells}</div></div>'
-
-
-def render(session: Optional[TabSession], model, note: str = "", chart: bool = True):
-    """(transcript, stats, panel, chart) for the current state of a session; the chart is
-    gr.skip() when `chart` is False (building and drawing it is the costly part)."""
-    if session is None:
-        return (transcript_html("", "", note=note), "", panel.panel_html(None, model, status=note), None)
-    view = session.worker.view()
-    final = session.final
-    committed, tentative = (final.committed, "") if final else (view.committed, view.tentative)
-    if view.error is not None:
-        note = f"Decoding failed: {type(view.error).__name__}: {view.error}"
-    series = {panel.series_label(mode, beams): values
-              for (mode, beams), values in session.worker.latency_series().items()}
-    event = view.event
-    if event is None:
-        panel_box = panel.panel_html(None, session.model, status=note or "listening…")
-    else:
-        pairs = series.get(panel.series_label(event.cache_mode, event.beam_size), [(event.latency_ms, False)])
-        latencies = [ms for ms, _ in pairs]
-        status = note or ("done" if final else _decode_status(view))
-        encoder_ms = view.stats.last_encoder_ms if view.stats else None
-        panel_box = panel.panel_html(event, session.model, latencies_ms=latencies, status=status,
-                                     encoder_ms=encoder_ms)
-    if chart:
-        frame = panel.latency_frame(series)
-        chart_value = frame if len(frame) else None
-    else:
-        chart_value = gr.skip()
-    return (transcript_html(committed, tentative, final=final is not None, note=note),
-            stats_html(view, session.order), panel_box, chart_value)
-
-
-def _decode_status(view: LiveView) -> str:
-    """The panel's header line: which re-decode, and what the previous hypothesis saved."""
-    s = view.stats
-    if s is None:
-        return "listening…"
-    line = f"re-decode #{s.decodes} · buffer {s.buffer_seconds:.1f} s"
-    if s.last_from_draft:
-        passes = "one pass" if s.last_draft_passes == 1 else f"{s.last_draft_passes} passes"
-        line += (f" · {s.last_from_draft} tokens confirmed in {passes}, "
-                 f"{s.last_tokens - s.last_from_draft} decoded")
-    return line
-
-
-def changed_only(session: TabSession, outputs, chart_key) -> tuple:
-    """outputs with gr.skip() for what the browser already shows: during a decode the
-    version moves with every token, and re-sending unchanged HTML (and re-drawing the
-    chart) made the browser and the server compete with the decoder on a small machine."""
-    result = []
-    for i, value in enumerate(outputs[:3]):
-        if value == session.sent_html[i]:
-            result.append(gr.skip())
-        else:
-            session.sent_html[i] = value
-            result.append(value)
-    session.chart_key = chart_key
-    return tuple(result) + (outputs[3],)
-
-
-def _sent(session: TabSession, outputs) -> tuple:
-    """A full render about to be sent: remember it for changed_only."""
-    session.sent_html = list(outputs[:3])
-    session.chart_key = _chart_key(session)
-    return tuple(outputs)
-
-
-def _chart_key(session: TabSession):
-    view = session.worker.view()
-    return (view.stats.decodes if view.stats else 0, session.final is not None, view.error is not None)
 
 
 # ---------------------------------------------------------------------------- the tab
@@ -276,10 +147,10 @@ class LiveTab:
             # the first chunks of this recording beat this event to the server and
             # already started its session: keep it (replacing it would lose them)
             current.set_options(self._options(cache_on, mode))
-            return (gr.Timer(active=True),) + _sent(current, render(current, current.model))
+            return (gr.Timer(active=True),) + sent(current, render(current, current.model))
         session = self.sessions.replace(self._key(request), lambda: self._new_browser_session(
             self._key(request), model, self._options(cache_on, mode)))
-        return (gr.Timer(active=True),) + _sent(session, render(session, session.model))
+        return (gr.Timer(active=True),) + sent(session, render(session, session.model))
 
     def tapped(self, session_hash, body) -> None:
         """Called by the chunk tap (chunk_tap.py), on the event loop, for every chunk body
@@ -334,7 +205,7 @@ class LiveTab:
         stats = session.worker.view().stats
         log.info("live session stopped: %.1f s heard, %d re-decodes; %s", session.heard_seconds(),
                  stats.decodes if stats else 0, session.order.summary() if session.order else "")
-        return (gr.Timer(active=False),) + _sent(session, render(session, session.model))
+        return (gr.Timer(active=False),) + sent(session, render(session, session.model))
 
     def tick(self, request: gr.Request):
         session = self.session(request)
@@ -344,8 +215,7 @@ class LiveTab:
         if version == session.rendered_version and session.active:
             return (gr.skip(),) * 4
         session.rendered_version = version
-        key = _chart_key(session)  # the chart only changes when a re-decode completed
-        return changed_only(session, render(session, session.model, chart=key != session.chart_key), key)
+        return changed_only(session, render(session, session.model))
 
     def page_closed(self, request: gr.Request):
         """The tab went away (Gradio's unload event): close its session now, rather than
@@ -371,16 +241,17 @@ class LiveTab:
         except mic.MicUnavailable as exc:
             message = f"This computer's microphone is unavailable: {exc}"
             gr.Warning(message)
-            return (gr.Timer(active=False), f"⚠️ {message}") + render(None, model, note=message)
+            return (gr.Timer(active=False),) + (f"⚠️ {message}",) + render(None, model, note=message)
         session = self.sessions.replace(self._key(request), lambda: TabSession(model, options, "desktop", desktop=source))
-        return (gr.Timer(active=True), "🎙️ Recording this computer's microphone…") + render(session, model)
+        return (gr.Timer(active=True),) + ("🎙️ Recording this computer's microphone…",) + sent(session, render(session, model))
 
     def desktop_stop(self, request: gr.Request):
         session = self.session(request)
         if session is None or session.desktop is None:
-            return (gr.Timer(active=False), "Not recording.") + (gr.skip(),) * 4
+            return (gr.Timer(active=False),) + ("Not recording.",) + (gr.skip(),) * 4
         session.finish()
-        return (gr.Timer(active=False), "Stopped.") + render(session, session.model)
+        session.rendered_version = -1
+        return (gr.Timer(active=False),) + ("Stopped.",) + sent(session, render(session, session.model))
 
 
 def _availability_text() -> str:
@@ -408,8 +279,11 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
         "the latest guess, which the next decode may still revise.")
     with gr.Row(equal_height=False):
         with gr.Column(scale=5, min_width=340):
+            # No waveform while recording: the page redrew it for every chunk, which took
+            # ~30 % of a core from the decoder on a 2-core machine (Chromium's profiler).
             mic_in = gr.Audio(sources=["microphone"], streaming=True, type="numpy",
-                              elem_id="live-mic", label="Browser microphone")
+                              elem_id="live-mic", label="Browser microphone",
+                              waveform_options=gr.WaveformOptions(show_recording_waveform=False))
             cache_on = gr.Checkbox(value=defaults.options.cache != "off", label="KV cache",
                                    elem_id="live_kv_toggle",
                                    info="applies from the next re-decode; untick to feel the difference")
@@ -425,11 +299,7 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
             stats = gr.HTML("", elem_id="live-stats")
             panel_box = gr.HTML(panel.panel_html(None, model) if model is not None else "",
                                 elem_id="live-cache-panel")
-            chart = gr.LinePlot(
-                None, x="token", y="latency_ms", color="series", y_lim=[0, None],
-                color_map=panel.chart_colors(), title="Per-token decoder latency (recent re-decodes)",
-                x_title="token", y_title="latency (ms)", height=300, elem_id="live-latency-chart",
-                tooltip=["token", "latency_ms", "series"], label="Latency")
+            chart = gr.HTML(render_chart(None), elem_id="live-latency-chart")
 
     views = [transcript, stats, panel_box, chart]
     quiet = dict(api_name=False, show_progress="hidden")

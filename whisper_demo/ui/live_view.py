@@ -1,0 +1,146 @@
+"""What the Live tab shows of a session: the transcript, the stats tiles, the cache panel
+and the latency chart (latency_svg.py), rendered as HTML from the worker's immutable
+LiveView. A timer redraws them (live_tab.py); what did not change since it was last sent
+is skipped (gr.skip()).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Optional
+
+import gradio as gr
+
+from ..live import LiveView
+from . import panel
+from .chunk_order import ChunkSequencer
+from .latency_svg import latency_svg
+
+COMMITTED_STYLE = ""
+TENTATIVE_STYLE = "color:#94a3b8;font-style:italic"
+
+
+def transcript_html(committed: str, tentative: str, final: bool = False, note: str = "") -> str:
+    committed_html = f'<span class="wk-committed" style="{COMMITTED_STYLE}">{html.escape(committed)}</span>'
+    tentative_html = (f' <span class="wk-tentative" style="{TENTATIVE_STYLE}">{html.escape(tentative)}</span>'
+                      if tentative else "")
+    if not committed and not tentative:
+        body = ('<span style="color:var(--body-text-color-subdued)">'
+                f'{html.escape(note or "Press Record and speak: text appears here as you talk.")}</span>')
+    else:
+        body = committed_html + tentative_html
+    state = "final" if final else "live"
+    return (f'<div id="live-transcript-body" data-state="{state}" '
+            f'style="font-size:1.15rem;line-height:1.6;min-height:4.5rem;padding:.6rem .8rem;'
+            f'border:1px solid var(--border-color-primary);border-radius:8px">{body}</div>')
+
+
+def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
+    s = view.stats
+    if s is None:
+        return ""
+
+    def ms(v):
+        return panel.fmt_ms(v) if v is not None else "—"
+
+    def sec(v):
+        return f"{v:.1f} s" if v is not None else "—"
+
+    tiles = [
+        ("Chunk end → first token", ms(s.first_token_ms_median),
+         f"median · p95 {ms(s.first_token_ms_p95)} · last {ms(s.last_first_token_ms)}"),
+        ("Speech → commit", sec(s.commit_s_median),
+         f"from each word's end in the audio · median · p95 {sec(s.commit_s_p95)}"),
+        ("Buffer", f"{s.buffer_seconds:.1f} s",
+         f"of {s.audio_seconds:.1f} s heard · cut after committed sentences and long pauses"
+         + (f" · audio lost {s.lost_seconds:.1f} s (arrived slower than real time)"
+            if s.lost_seconds > 0 else "")
+         + (f" · {s.dropped_seconds:.1f} s dropped (decoding slower than speech)" if s.dropped_seconds > 0 else "")
+         + (f" · {order.reordered} chunks arrived out of order, put back" if order and order.reordered else "")),
+        ("Re-decodes", str(s.decodes),
+         f"{s.skipped} skipped (no new speech)"
+         + (f" · {s.loops} stopped in a loop (no vote)" if s.loops else "")
+         + (" · this buffer kept looping on the committed text given as its prompt: it is"
+            " decoded without one until it is cut" if s.unprompted else "")
+         + (f" · last {ms(s.last_decode_ms)}" if s.last_decode_ms else "")
+         + (f", encoder {ms(s.last_encoder_ms)}" if s.last_encoder_ms else "")
+         + (f" · {s.last_from_draft} of its {s.last_tokens} tokens confirmed from the previous "
+            f"hypothesis in {s.last_draft_passes} pass{'es' if s.last_draft_passes != 1 else ''}"
+            if s.last_from_draft else "")),
+    ]
+    cells = "".join(
+        f'<div class="wk-tile"><div class="wk-label">{html.escape(a)}</div>'
+        f'<div class="wk-value">{b}</div><div class="wk-sub">{html.escape(c)}</div></div>'
+        for a, b, c in tiles)
+    return f'<div class="wk-panel"><div class="wk-grid">{cells}</div></div>'
+
+
+def render_views(session, model, note: str = "") -> tuple:
+    """(transcript, stats, panel) HTML for the current state of a live.TabSession (or None)."""
+    if session is None:
+        return (transcript_html("", "", note=note), "", panel.panel_html(None, model, status=note))
+    view = session.worker.view()
+    final = session.final
+    committed, tentative = (final.committed, "") if final else (view.committed, view.tentative)
+    if view.error is not None:
+        note = f"Decoding failed: {type(view.error).__name__}: {view.error}"
+    event = view.event
+    if event is None:
+        panel_box = panel.panel_html(None, session.model, status=note or "listening…")
+    else:
+        pairs = _latency_series(session).get(panel.series_label(event.cache_mode, event.beam_size),
+                                             [(event.latency_ms, False)])
+        status = note or ("done" if final else _decode_status(view))
+        encoder_ms = view.stats.last_encoder_ms if view.stats else None
+        panel_box = panel.panel_html(event, session.model, latencies_ms=[ms for ms, _ in pairs],
+                                     status=status, encoder_ms=encoder_ms)
+    return (transcript_html(committed, tentative, final=final is not None, note=note),
+            stats_html(view, session.order), panel_box)
+
+
+def render_chart(session) -> str:
+    """The latency chart of the session's recent re-decodes (empty before the first)."""
+    return latency_svg(_latency_series(session) if session is not None else {})
+
+
+def render(session, model, note: str = "") -> tuple:
+    """(transcript, stats, panel, chart) HTML."""
+    return render_views(session, model, note) + (render_chart(session),)
+
+
+def _latency_series(session) -> dict:
+    return {panel.series_label(mode, beams): values
+            for (mode, beams), values in session.worker.latency_series().items()}
+
+
+def _decode_status(view: LiveView) -> str:
+    """The panel's header line: which re-decode, and what the previous hypothesis saved."""
+    s = view.stats
+    if s is None:
+        return "listening…"
+    line = f"re-decode #{s.decodes} · buffer {s.buffer_seconds:.1f} s"
+    if s.last_from_draft:
+        passes = "one pass" if s.last_draft_passes == 1 else f"{s.last_draft_passes} passes"
+        line += (f" · {s.last_from_draft} tokens confirmed in {passes}, "
+                 f"{s.last_tokens - s.last_from_draft} decoded")
+    return line
+
+
+def changed_only(session, outputs) -> tuple:
+    """outputs with gr.skip() for what the browser already shows: during a decode the
+    version moves with every token, and re-sending unchanged HTML made the browser and the
+    server compete with the decoder on a small machine."""
+    result = []
+    for i, value in enumerate(outputs):
+        if value == session.sent_html[i]:
+            result.append(gr.skip())
+        else:
+            session.sent_html[i] = value
+            result.append(value)
+    return tuple(result)
+
+
+def sent(session, outputs) -> tuple:
+    """A full render about to be sent: remember it for changed_only."""
+    session.sent_html = list(outputs)
+    return tuple(outputs)
