@@ -13,6 +13,7 @@ from whisper_demo.events import DecodeOptions, DecodeResult, Segment, TokenEvent
 from whisper_demo.live import (LiveConfig, LiveSession, LiveUpdate, LiveWorker, SessionRegistry,
                                drain, model_decoder)
 from whisper_demo.live import worker as worker_mod
+from whisper_demo.live.decoder import looped
 from whisper_demo.text import word_edits
 from whisper_demo.timing import Word
 from whisper_demo.ui.live_view import stats_html
@@ -277,13 +278,25 @@ class Script:
                          latency_ms=1.0, cache_tokens=1, cache_capacity=448, self_cache_bytes=0,
                          self_cache_reserved_bytes=0, cross_cache_bytes=0, rss_bytes=0,
                          cache_mode="static", beam_size=1)
-        segment = Segment(0.0, words[-1][2] if words else 0.0, " ".join(w for w, _, _ in words), [],
-                          [Word(" " + w, a, b) for w, a, b in words])
-        yield DecodeResult(text=segment.text, tokens=[], segments=[segment] if words else [],
-                           language="en", cache_mode="static", beam_size=1, n_tokens=1,
-                           decode_seconds=0.001, encoder_ms=5.0, tokens_per_second=1.0,
-                           mean_latency_ms=1.0, p95_latency_ms=1.0, peak_self_cache_bytes=0,
-                           peak_cross_cache_bytes=0, peak_rss_bytes=0)
+        yield scripted_result(words)
+
+
+def token_event(step: int, transcript: str) -> TokenEvent:
+    return TokenEvent(step=step, window=0, token_id=1, text="", transcript=transcript,
+                      latency_ms=1.0, cache_tokens=1, cache_capacity=448, self_cache_bytes=0,
+                      self_cache_reserved_bytes=0, cross_cache_bytes=0, rss_bytes=0,
+                      cache_mode="static", beam_size=1)
+
+
+def scripted_result(words) -> DecodeResult:
+    """A decode's result with these (word, start, end) in one segment."""
+    segment = Segment(0.0, words[-1][2] if words else 0.0, " ".join(w for w, _, _ in words), [],
+                      [Word(" " + w, a, b) for w, a, b in words])
+    return DecodeResult(text=segment.text, tokens=[], segments=[segment] if words else [],
+                        language="en", cache_mode="static", beam_size=1, n_tokens=1,
+                        decode_seconds=0.001, encoder_ms=5.0, tokens_per_second=1.0,
+                        mean_latency_ms=1.0, p95_latency_ms=1.0, peak_self_cache_bytes=0,
+                        peak_cross_cache_bytes=0, peak_rss_bytes=0)
 
 
 def loud(seconds):
@@ -350,12 +363,13 @@ def test_a_looping_decoder_is_not_believed():
 
 
 class LoopsWhenPrompted(Script):
-    """A scripted decoder that, given a prompt, repeats it for as long as it is let run
-    (counting the tokens it was asked for), and without one answers from its script."""
+    """A scripted decoder that, given a prompt, repeats it until its token limit (as the
+    real decoder's loops end, decoder.py), and without one answers from its script."""
+
+    TOKEN_LIMIT = 30
 
     def __init__(self, *answers, then_loops_unprompted: bool = False):
         super().__init__(*answers)
-        self.looped_tokens = 0
         self.then_loops_unprompted = then_loops_unprompted  # once the script is spent
 
     def __call__(self, audio, prompt, draft=None):
@@ -363,15 +377,13 @@ class LoopsWhenPrompted(Script):
             yield from super().__call__(audio, prompt, draft)
             return
         self.calls.append((audio.size / SR, prompt))
-        for step in range(1000):
-            self.looped_tokens += 1
-            yield TokenEvent(step=step, window=0, token_id=1, text="", transcript=" Hello there." * (step + 1),
-                             latency_ms=1.0, cache_tokens=1, cache_capacity=448, self_cache_bytes=0,
-                             self_cache_reserved_bytes=0, cross_cache_bytes=0, rss_bytes=0,
-                             cache_mode="static", beam_size=1)
+        for step in range(self.TOKEN_LIMIT):
+            yield token_event(step, " Hello there." * (step + 1))
+        yield scripted_result([(word, 0.1 * i, 0.1 * i + 0.1) for i, word in
+                               enumerate(["Hello", "there."] * self.TOKEN_LIMIT)])
 
 
-def test_a_decode_that_loops_is_stopped_at_once_and_gets_no_vote():
+def test_a_decode_that_loops_gets_no_vote():
     hello = [("Hello", 0.1, 0.5), ("there.", 0.6, 1.1)]
     decoder = LoopsWhenPrompted(hello, hello)
     config = LiveConfig(min_new_seconds=1.0, pause_seconds=0.5, long_pause_seconds=1.0, lead_in_seconds=0.3,
@@ -386,10 +398,39 @@ def test_a_decode_that_loops_is_stopped_at_once_and_gets_no_vote():
     # The second utterance's buffer starts after the first was cut (a long pause), so it
     # is prompted with it, and the scripted decoder loops.
     assert [prompt for _, prompt in decoder.calls] == [None, None, "Hello there.", "Hello there."]
-    # Each looping decode was stopped as soon as its text repeated itself, not at 1000 tokens.
-    assert decoder.looped_tokens < 2 * 20
     assert session.committed_text == "Hello there." and session.stats().loops == 2
     assert [u.reason for u in updates[-2:]] == ["decoder looped; hypothesis ignored"] * 2
+
+
+class RunOfFillers(Script):
+    """A decoder whose text repeats itself on the way ("Montreal, uh, uh, uh, ...": what
+    tiny.en made of a speaker's run of fillers) and then goes on with the speech, so the
+    whole text passes the loop test although the text so far failed it."""
+
+    WORDS = [("Montreal,", 0.1, 0.5)] + [("uh,", 0.5 + 0.2 * i, 0.7 + 0.2 * i) for i in range(12)] + [
+        (w, 3.0 + 0.3 * i, 3.3 + 0.3 * i) for i, w in enumerate(
+            "forced aligner. And so my fellow Americans, ask not what your country can do for you.".split())]
+
+    def __call__(self, audio, prompt, draft=None):
+        self.calls.append((audio.size / SR, prompt))
+        for step in range(len(self.WORDS)):
+            yield token_event(step, " ".join(w for w, _, _ in self.WORDS[:step + 1]))
+        yield scripted_result(self.WORDS)
+
+
+def test_a_decode_judged_by_its_whole_text_not_the_text_so_far():
+    # Stopping a decode as soon as its text so far looked like a loop left a buffer of
+    # real speech with no vote until its audio was dropped (20 s of a 57 s recording).
+    decoder = RunOfFillers()
+    partial = " ".join(w for w, _, _ in RunOfFillers.WORDS[:13])  # "Montreal," and twelve "uh,"
+    assert looped(partial) and not looped(scripted_result(RunOfFillers.WORDS).text)  # the premise
+    config = LiveConfig(min_new_seconds=1.0, min_vote_seconds=0.0, right_context_seconds=0.0)
+    session = LiveSession(decoder, config, vad=LoudVoice())
+    for _ in range(10):  # the words end by 8.1 s
+        session.add_samples(loud(1.0))
+        drain(session.updates())
+    assert session.stats().loops == 0
+    assert session.committed_text.startswith("Montreal, uh, uh,") and "fellow Americans" in session.committed_text
 
 
 def test_a_buffer_that_keeps_looping_on_its_prompt_is_decoded_without_it():

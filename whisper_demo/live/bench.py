@@ -212,13 +212,13 @@ def report(model_name: str, stream: Stream, offline_text: str, offline_words, re
             f"{rule} {len(v)} words, {pct(v, 50):.2f}/{pct(v, 95):.2f} s"
             for rule, v in sorted(by_rule.items(), key=lambda kv: -len(kv[1]))))
     for r in results:
-        d, n = r.draft, r.with_result  # a decode stopped in a loop reports no counts or costs
+        d, n = r.draft, r.with_result
         if n and d:
             lines.append(
-                f"{r.feed}: per re-decode that ran to its end ({n}), {d['confirmed'] / n:.1f} tokens "
+                f"{r.feed}: per re-decode ({n}), {d['confirmed'] / n:.1f} tokens "
                 f"confirmed from the previous hypothesis in {d['passes'] / n:.1f} passes, "
                 f"{d['decoded'] / n:.1f} decoded step by step; encoder {r.encoder_ms / n:.0f} ms, decoder "
-                f"{r.decode_ms / n:.0f} ms; {r.looped} more stopped in a loop")
+                f"{r.decode_ms / n:.0f} ms; {r.looped} of them looped (no vote)")
     return "\n".join(lines)
 
 

@@ -42,7 +42,7 @@ class FeedResult:
     wall_seconds: float
     draft: Dict[str, int] = field(default_factory=dict)
     words: List[Tuple[str, float, float]] = field(default_factory=list)  # committed, stream times
-    looped: int = 0  # decoder calls stopped in a loop (see session.py)
+    looped: int = 0  # re-decodes that looped (no vote; see session.py)
     with_result: int = 0  # decodes that ran to their end and reported their costs
 
 
@@ -99,8 +99,7 @@ class DecodeCosts:
 
     @classmethod
     def measured(cls, result: FeedResult) -> "DecodeCosts":
-        """The averages of a feed's re-decodes that ran to their end (one stopped in a loop
-        reports no costs), rounded to the millisecond."""
+        """The averages of a feed's re-decodes, rounded to the millisecond."""
         steps = result.draft.get("decoded", 0) + result.draft.get("passes", 0)
         return cls(round(result.encoder_ms / max(1, result.with_result)) / 1000,
                    round(result.decode_ms / max(1, steps)) / 1000)

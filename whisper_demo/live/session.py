@@ -338,10 +338,12 @@ class LiveSession:
 
     def _decode(self, prompt: Optional[str], draft, newest_arrival: Optional[float]):
         """Run the decoder over the buffer: its TokenEvents; returns what came of it (an
-        _Attempt). A decode whose text falls into a loop ("aaaa...", a phrase over and
-        over; openai-whisper's transcribe tests its windows the same way) is stopped at
-        once: it would run on to its token limit, the longest decodes of all, for text
-        that gets no vote."""
+        _Attempt). A decode that looped ("aaaa...", a phrase over and over) is found when
+        it ends, by openai-whisper's test on its whole text (decoder.looped), and its words
+        get no vote. Not earlier: the text so far can fail the test where the whole text
+        passes (a run of "uh, uh, uh, ..." before the speech goes on), and stopping such
+        decodes as loops left a buffer with no vote until its audio was dropped (the last
+        20 s of a 57 s recording lost). A true loop ends at the decoder's token limit."""
         attempt = _Attempt(newest_arrival)
         decoding = self.decoder(self._buffer, prompt, draft)
         try:
@@ -351,9 +353,6 @@ class LiveSession:
                         attempt.first_token_ms = (self.clock() - attempt.newest_arrival) * 1000
                     attempt.last_event = item
                     yield item
-                    if looped(item.transcript):
-                        attempt.looped = True
-                        return attempt
                 else:
                     attempt.result = item
         finally:
@@ -421,7 +420,7 @@ class _Attempt:
     newest_arrival: Optional[float]  # wall time of the newest audio it heard
     first_token_ms: Optional[float] = None  # from that arrival to its first token
     last_event: Optional[TokenEvent] = None
-    result: Optional[DecodeResult] = None  # None when it was stopped in a loop
+    result: Optional[DecodeResult] = None
     looped: bool = False
 
 

@@ -18,7 +18,7 @@ class LiveStats:
 
     decodes: int
     skipped: int  # re-decodes not run: no speech, or nothing new said
-    loops: int  # re-decodes stopped in a loop (their words get no vote)
+    loops: int  # re-decodes that looped (their words get no vote)
     unprompted: bool  # the buffer's decodes kept looping on the prompt: now decoded without it
     first_token_ms_median: Optional[float]  # newest chunk's arrival -> first token
     first_token_ms_p95: Optional[float]

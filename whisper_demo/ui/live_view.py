@@ -59,7 +59,7 @@ def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
          + (f" · {order.reordered} chunks arrived out of order, put back" if order and order.reordered else "")),
         ("Re-decodes", str(s.decodes),
          f"{s.skipped} skipped (no new speech)"
-         + (f" · {s.loops} stopped in a loop (no vote)" if s.loops else "")
+         + (f" · {s.loops} looped (no vote)" if s.loops else "")
          + (" · this buffer kept looping on the committed text given as its prompt: it is"
             " decoded without one until it is cut" if s.unprompted else "")
          + (f" · last {ms(s.last_decode_ms)}" if s.last_decode_ms else "")
