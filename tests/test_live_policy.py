@@ -273,3 +273,19 @@ def test_a_word_heard_again_a_little_later_is_not_committed_twice():
         ("the@8.35-8.6 evening@8.6-9.1", None, ""),
         ("the@8.35-8.6 evening@8.6-9.1 the@9.2-9.3 sky@9.3-9.6", None, "evening"),
     ], policy)
+
+
+def test_a_run_of_a_repeated_word_heard_again_is_skipped_whole():
+    # tiny.en wrote a speaker's six "uh" as a run whose length and times change from decode
+    # to decode; the run after the committed ones is the same "uh"s heard again, not new
+    # speech. Skipping one repeat at a time committed the rest of each run: 157 "uh" where
+    # six were said (the live benchmark's paced feed, mfa_uhuh between other clips).
+    policy = AgreementPolicy(min_vote_seconds=0.0)
+    policy.committed = [TimedWord("Montreal,", 30.0, 30.5)] + [
+        TimedWord("uh,", 30.5 + 0.1 * i, 30.6 + 0.1 * i) for i in range(6)]  # ends at 31.1
+    run_again = " ".join(f"uh,@{31.05 + 0.05 * i:.2f}-{31.1 + 0.05 * i:.2f}" for i in range(10))
+    check([
+        (run_again + " forced@31.7-32.0 aligner.@32.0-32.5", None, ""),
+        (run_again + " forced@31.7-32.0 aligner.@32.0-32.5 And@33.0-33.2", None, "forced aligner."),
+    ], policy)
+    assert [w.norm for w in policy.committed].count("uh") == 6

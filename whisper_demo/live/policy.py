@@ -13,7 +13,9 @@ which compares hypotheses by time, not by word index:
    take no audio of their own (they end about where the committed text ends), it is the
    decoder hearing again what it heard before, placed a little later: they are skipped. A
    phrase the speaker really says twice takes its own time after the committed one, and
-   is kept; a single repeated word is always skipped (its timing cannot tell).
+   is kept; a single repeated word is always skipped (its timing cannot tell). Applied
+   again after each skip, so a run heard again ("uh, uh, uh, ...", written a different
+   number of times by each decode) is skipped whole, not one word a decode.
 3. LocalAgreement-2: the longest prefix on which this hypothesis and the previous one agree
    (compared as normalised words) is committed, except words that ended less than
    `right_context_seconds` before the end of the audio the previous decode heard: there
@@ -169,7 +171,9 @@ class AgreementPolicy:
     def _new_words(self, words: Sequence[TimedWord]) -> List[TimedWord]:
         end = self.committed_end
         new = [w for w in words if w.start > end - START_SLACK_S] if self.committed else list(words)
-        return new[self._repeat_length(new):]
+        while repeat := self._repeat_length(new):  # a run of them ("uh, uh, uh, ..."), all
+            new = new[repeat:]
+        return new
 
     def _repeat_length(self, new: List[TimedWord]) -> int:
         """How many words at the start of `new` repeat the committed tail without taking

@@ -76,7 +76,7 @@ def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
 
 
 def render_views(session, model, note: str = "") -> tuple:
-    """(transcript, stats, panel) HTML for the current state of a live.TabSession (or None)."""
+    """(transcript, stats, panel) HTML for the current state of a live_tab.TabSession (or None)."""
     if session is None:
         return (transcript_html("", "", note=note), "", panel.panel_html(None, model, status=note))
     view = session.worker.view()
