@@ -1,10 +1,11 @@
-"""The latency chart's data: per-token latencies as the frame gr.LinePlot draws, in fixed colours.
+"""The latency charts' series and colours, and the Transcribe tab's chart data.
 
-Both tabs draw `gr.LinePlot(x="token", y="latency_ms", color="series")`. This module names
-the series (series_label: one per cache mode and beam size), builds the long-format frame
-from latencies (latency_frame, with a series of their own for tokens confirmed from a
-draft), the vertical lines where a 30 s window starts (window_marks), and the colour map
-that covers every series a run can produce (chart_colors). MODE_COLORS is shared with the
+The Transcribe tab draws `gr.LinePlot(x="token", y="latency_ms", color="series")`; the
+Live tab draws the same series as SVG (latency_svg.py). This module names the series
+(series_label: one per cache mode and beam size), builds the long-format frame from
+latencies (latency_frame), the vertical lines where a 30 s window starts (window_marks),
+and the colour map that covers every series a run can produce (chart_colors, with a
+colour of its own for tokens confirmed from a draft). MODE_COLORS is shared with the
 panel's badge, so a run's badge and its line have the same colour. Pandas only: no gradio.
 """
 
@@ -35,22 +36,17 @@ def series_label(mode: str, beam_size: int = 1) -> str:
 DRAFT_SUFFIX = " · confirmed from the previous hypothesis"
 
 
-def latency_frame(latencies_by_series: Dict[str, Sequence]) -> pd.DataFrame:
-    """Long-format frame for gr.LinePlot(x="token", y="latency_ms", color="series").
-
-    Values are latencies in ms, or (latency ms, from_draft) pairs (the Live tab): tokens a
-    draft pass confirmed get a series of their own, so the chart shows the one costly pass
-    that confirmed them and the near-zero steps after it, beside the tokens decoded one
-    step at a time."""
+def latency_frame(latencies_by_series: Dict[str, Sequence[float]]) -> pd.DataFrame:
+    """Long-format frame for gr.LinePlot(x="token", y="latency_ms", color="series"):
+    latencies in ms per series."""
     frames = []
     for name, values in latencies_by_series.items():
         if len(values) == 0:
             continue
-        pairs = [v if isinstance(v, tuple) else (v, False) for v in values]
         frames.append(pd.DataFrame({
-            "token": np.arange(len(pairs), dtype=np.int64),
-            "latency_ms": np.asarray([ms for ms, _ in pairs], dtype=np.float64),
-            "series": [name + DRAFT_SUFFIX if draft else name for _, draft in pairs],
+            "token": np.arange(len(values), dtype=np.int64),
+            "latency_ms": np.asarray(values, dtype=np.float64),
+            "series": [name] * len(values),
         }))
     if not frames:
         return pd.DataFrame({"token": pd.Series(dtype="int64"),
