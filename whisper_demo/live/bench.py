@@ -67,7 +67,9 @@ class Stream:
         return len(self.recordings)
 
 
-def build_stream(eval_dir: Optional[Path], min_seconds: float = 180.0, seed: int = 0) -> Stream:
+def load_recordings(eval_dir: Optional[Path]) -> List[Tuple[str, np.ndarray, str]]:
+    """(name, audio, reference) of each recording in the evaluation folder's manifest (if
+    there is one), then of each example clip the package ships ("jfk.wav", ...)."""
     clips: List[Tuple[str, np.ndarray, str]] = []
     if eval_dir is not None and (eval_dir / "manifest.jsonl").exists():
         for line in (eval_dir / "manifest.jsonl").read_text().splitlines():
@@ -76,6 +78,11 @@ def build_stream(eval_dir: Optional[Path], min_seconds: float = 180.0, seed: int
     references = reference_transcripts()
     for name in CLIPS:
         clips.append((name, load_audio(clip_path(name)), references[name]))
+    return clips
+
+
+def build_stream(eval_dir: Optional[Path], min_seconds: float = 180.0, seed: int = 0) -> Stream:
+    clips = load_recordings(eval_dir)
     rng = random.Random(seed)
     if seed:  # another stream of the same recordings: another order (and other pauses)
         rng.shuffle(clips)

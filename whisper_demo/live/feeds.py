@@ -37,13 +37,13 @@ class FeedResult:
     commit_rules: List[str]  # per committed word: the policy rule that committed it
     first_token_ms: List[float]
     decodes: int
-    encoder_ms: float  # summed over the decodes that ran to their end (with_result)
+    encoder_ms: float  # summed over the decodes that reported a result (with_result)
     decode_ms: float
     wall_seconds: float
     draft: Dict[str, int] = field(default_factory=dict)
     words: List[Tuple[str, float, float]] = field(default_factory=list)  # committed, stream times
     looped: int = 0  # re-decodes that looped (no vote; see session.py)
-    with_result: int = 0  # decodes that ran to their end and reported their costs
+    with_result: int = 0  # decodes that reported a result, and with it their costs
 
 
 def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:

@@ -15,39 +15,30 @@ the temperature fallback, seeded). Printed: word errors per recording and the to
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from ..audio import SAMPLE_RATE, load_audio
+from ..audio import SAMPLE_RATE
 from ..decode import transcribe
 from ..events import DecodeOptions
-from ..examples import clip_path, reference_transcripts
 from ..models import DEFAULT_MODEL, load_model
 from ..text import word_edits, words as normalized_words
-from .bench import DEFAULT_EVAL_DIR
+from .bench import DEFAULT_EVAL_DIR, load_recordings
 from .feeds import DecodeCosts, feed_fast, feed_paced
 from .session import LiveConfig
 
 GAP_SECONDS = 0.4
-RECORDINGS = [  # clip names without .wav; jfk and speech_25s are the package's examples
+RECORDINGS = [  # manifest ids of the dev clips, and the package's example clips
     ["mfa_cold_corpus3"],
-    ["jfk", "mfa_cold_corpus3"],
-    ["mfa_cold_corpus3", "jfk", "mfa_crossword", "mfa_uhum"],
-    ["speech_25s"],
-    ["speech_25s", "mfa_cold_corpus3"],
-    ["mfa_uhum", "mfa_um", "mfa_crossword", "mfa_uhuh", "jfk", "mfa_theother", "mfa_her"],
+    ["jfk.wav", "mfa_cold_corpus3"],
+    ["mfa_cold_corpus3", "jfk.wav", "mfa_crossword", "mfa_uhum"],
+    ["speech_25s.wav"],
+    ["speech_25s.wav", "mfa_cold_corpus3"],
+    ["mfa_uhum", "mfa_um", "mfa_crossword", "mfa_uhuh", "jfk.wav", "mfa_theother", "mfa_her"],
 ]
 PACED_COSTS = {"tiny.en": DecodeCosts(0.163, 0.012), "base": DecodeCosts(0.395, 0.022)}
-
-
-def load_clip(name: str, eval_dir: Path, manifest: dict):
-    if name in ("jfk", "speech_25s"):
-        return load_audio(str(clip_path(name + ".wav"))), reference_transcripts()[name + ".wav"]
-    entry = manifest[name]
-    return load_audio(str(eval_dir / entry["audio"])), entry["reference"]
 
 
 def main(argv=None) -> int:
@@ -62,15 +53,14 @@ def main(argv=None) -> int:
     eval_dir = Path(args.eval_dir)
     if not (eval_dir / "manifest.jsonl").exists():
         parser.error(f"no manifest.jsonl in {eval_dir}")
-    manifest = {json.loads(line)["id"]: json.loads(line)
-                for line in (eval_dir / "manifest.jsonl").read_text().splitlines() if line.strip()}
+    recordings = {name: (audio, reference) for name, audio, reference in load_recordings(eval_dir)}
     model = load_model(args.model, progress=False)
     options = DecodeOptions(cache="static", language="en" if model.is_multilingual else None)
     costs = PACED_COSTS.get(args.model, PACED_COSTS["base"])
     gap = np.zeros(int(GAP_SECONDS * SAMPLE_RATE), np.float32)
     totals = dict.fromkeys(("offline", "fallback", "fast", "paced", "words"), 0)
     for names in RECORDINGS:
-        clips = [load_clip(name, eval_dir, manifest) for name in names]
+        clips = [recordings[name] for name in names]
         audio = np.concatenate([part for samples, _ in clips for part in (samples, gap)][:-1])
         reference = " ".join(text for _, text in clips)
         torch.manual_seed(0)  # the fallback samples at temperatures above 0

@@ -30,7 +30,8 @@ from . import panel
 from .chunk_order import ChunkSequencer
 from .chunk_tap import ChunkInbox, receives_every_chunk
 from .chunk_tap import install_chunk_tap as _install_chunk_tap  # its name here before chunk_tap.py
-from .live_view import TENTATIVE_STYLE, changed_only, render, render_chart, sent, transcript_html
+from .latency_svg import latency_svg
+from .live_view import TENTATIVE_STYLE, changed_only, render, sent, transcript_html
 from .store import Defaults, ModelStore
 from .controls import link_cache_controls
 
@@ -299,7 +300,7 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
             stats = gr.HTML("", elem_id="live-stats")
             panel_box = gr.HTML(panel.panel_html(None, model) if model is not None else "",
                                 elem_id="live-cache-panel")
-            chart = gr.HTML(render_chart(None), elem_id="live-latency-chart")
+            chart = gr.HTML(latency_svg({}), elem_id="live-latency-chart")
 
     views = [transcript, stats, panel_box, chart]
     quiet = dict(api_name=False, show_progress="hidden")

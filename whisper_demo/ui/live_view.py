@@ -75,10 +75,14 @@ def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
     return f'<div class="wk-panel"><div class="wk-grid">{cells}</div></div>'
 
 
-def render_views(session, model, note: str = "") -> tuple:
-    """(transcript, stats, panel) HTML for the current state of a live_tab.TabSession (or None)."""
+def render(session, model, note: str = "") -> tuple:
+    """(transcript, stats, panel, chart) HTML for the current state of a live_tab.TabSession
+    (or None)."""
     if session is None:
-        return (transcript_html("", "", note=note), "", panel.panel_html(None, model, status=note))
+        return (transcript_html("", "", note=note), "", panel.panel_html(None, model, status=note),
+                latency_svg({}))
+    series = {panel.series_label(mode, beams): values  # copied once: the panel and the chart
+              for (mode, beams), values in session.worker.latency_series().items()}
     view = session.worker.view()
     final = session.final
     committed, tentative = (final.committed, "") if final else (view.committed, view.tentative)
@@ -88,29 +92,13 @@ def render_views(session, model, note: str = "") -> tuple:
     if event is None:
         panel_box = panel.panel_html(None, session.model, status=note or "listening…")
     else:
-        pairs = _latency_series(session).get(panel.series_label(event.cache_mode, event.beam_size),
-                                             [(event.latency_ms, False)])
+        pairs = series.get(panel.series_label(event.cache_mode, event.beam_size), [(event.latency_ms, False)])
         status = note or ("done" if final else _decode_status(view))
         encoder_ms = view.stats.last_encoder_ms if view.stats else None
         panel_box = panel.panel_html(event, session.model, latencies_ms=[ms for ms, _ in pairs],
                                      status=status, encoder_ms=encoder_ms)
     return (transcript_html(committed, tentative, final=final is not None, note=note),
-            stats_html(view, session.order), panel_box)
-
-
-def render_chart(session) -> str:
-    """The latency chart of the session's recent re-decodes (empty before the first)."""
-    return latency_svg(_latency_series(session) if session is not None else {})
-
-
-def render(session, model, note: str = "") -> tuple:
-    """(transcript, stats, panel, chart) HTML."""
-    return render_views(session, model, note) + (render_chart(session),)
-
-
-def _latency_series(session) -> dict:
-    return {panel.series_label(mode, beams): values
-            for (mode, beams), values in session.worker.latency_series().items()}
+            stats_html(view, session.order), panel_box, latency_svg(series))
 
 
 def _decode_status(view: LiveView) -> str:
