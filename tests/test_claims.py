@@ -15,7 +15,7 @@ import whisper
 
 from whisper_demo.examples import clip_path
 from whisper_demo import cache as cache_module
-from whisper_demo import decode
+from whisper_demo import decode, window_decode
 from whisper_demo import runner as runner_module
 from whisper_demo.cache import cross_cache_bytes, self_cache_bytes
 from whisper_demo.decode import stream_transcribe
@@ -313,13 +313,13 @@ def test_fallback_restarts_the_window_replaces_its_text_and_drops_the_prompt(tin
     came from a high temperature."""
     audio = np.concatenate([clip("speech_25s.wav"), clip("jfk.wav")])
     tasks = []
-    real_task = decode.DecodingTask
+    real_task = window_decode.DecodingTask
 
     def recording_task(model, options):
         tasks.append(options)
         return real_task(model, options)
 
-    monkeypatch.setattr(decode, "DecodingTask", recording_task)
+    monkeypatch.setattr(window_decode, "DecodingTask", recording_task)
     verdicts = []
     real_needs = decode._needs_fallback
 
@@ -359,9 +359,9 @@ def test_fallback_restarts_the_window_replaces_its_text_and_drops_the_prompt(tin
 def test_fallback_test_fires_on_a_repetitive_window():
     """openai-whisper's rule, not a stub: a window that repeats itself compresses too well."""
     tokenizer = whisper.tokenizer.get_tokenizer(False, language="en")
-    repeated = decode.WindowOutcome(tokens=tokenizer.encode(" thank you." * 30), avg_logprob=-0.1)
-    normal = decode.WindowOutcome(tokens=tokenizer.encode(" Please close the door."), avg_logprob=-0.2)
-    unlikely = decode.WindowOutcome(tokens=tokenizer.encode(" Please close the door."), avg_logprob=-1.5)
+    repeated = window_decode.WindowOutcome(tokens=tokenizer.encode(" thank you." * 30), avg_logprob=-0.1)
+    normal = window_decode.WindowOutcome(tokens=tokenizer.encode(" Please close the door."), avg_logprob=-0.2)
+    unlikely = window_decode.WindowOutcome(tokens=tokenizer.encode(" Please close the door."), avg_logprob=-1.5)
     on = DecodeOptions(temperature_fallback=True)
     assert decode._needs_fallback(repeated, tokenizer, on)
     assert decode._needs_fallback(unlikely, tokenizer, on)

@@ -83,7 +83,7 @@ def test_cache_beam_and_precision_flags_set_the_page_and_its_decodes(served, mon
         strategies.append((mode, n_beams, precision, getattr(made, "runner", None)))
         return made
 
-    monkeypatch.setattr("whisper_demo.decode.make_cache", make_cache)
+    monkeypatch.setattr("whisper_demo.window_decode.make_cache", make_cache)
     # the page's own starting values, as a browser sends them before the user changes any
     values = [str(JFK)] + [c.value for c in controls["inputs"][1:]]
     updates = list(handler(app, "transcribe")(*values))

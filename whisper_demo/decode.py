@@ -4,33 +4,27 @@
         if isinstance(item, TokenEvent): print(item.text, end="", flush=True)
         else: result = item  # the DecodeResult, always last
 
-openai-whisper does the modelling: its tokenizer, SOT sequence, logit filters, greedy and
-beam-search TokenDecoders, sequence ranker and language detection all come from a
-`whisper.decoding.DecodingTask`. What this module adds is the loop itself (its `_main_loop`,
-turned into a generator that times every step), the choice of KV cache (cache.py), and the
-30 s windowing of openai-whisper's `transcribe` (the loop over windows here; each
-window's log-mel and segments in windowing.py), so that long audio streams too.
+openai-whisper's `transcribe`, as a generator: the loop over 30 s windows (each window's
+log-mel and segments in windowing.py), its temperature fallback and its prompt from the
+previous windows' text, with word timestamps (timing.py). Each window is decoded token by
+token by window_decode.py, openai-whisper's `DecodingTask` loop with a choice of KV cache.
 """
 
 import math
 import time
-import zlib
-from dataclasses import dataclass, field
-from typing import Generator, Iterator, List, Optional, Union
+from typing import Iterator, List, Optional, Union
 
 import numpy as np
 import psutil
 import torch
 from whisper.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE
-from whisper.decoding import DecodingOptions, DecodingTask
 from whisper.model import Whisper
-from whisper.tokenizer import Tokenizer, get_tokenizer
+from whisper.tokenizer import get_tokenizer
 
-from .cache import make_cache
 from .encoder import encode, encoder_frames
 from .events import DecodeOptions, DecodeResult, Segment, StepAttention, TokenEvent
-from .speculative import DraftVerifier, usable_draft
 from .timing import add_word_timestamps
+from .window_decode import RawAttention, WindowOutcome, decode_window
 from .windowing import split_segments, window_mel
 
 # openai-whisper transcribe()'s defaults for when to retry a window at a higher temperature
@@ -39,57 +33,6 @@ COMPRESSION_RATIO_THRESHOLD = 2.4
 LOGPROB_THRESHOLD = -1.0
 
 _process = psutil.Process()
-
-
-@dataclass
-class WindowOutcome:
-    """What one decoding attempt of one 30 s window produced."""
-
-    tokens: List[int] = field(default_factory=list)  # text + timestamps, no specials
-    no_speech_prob: float = 0.0
-    avg_logprob: float = 0.0
-    silent: bool = False  # judged silent before any token was emitted
-    peak_self_cache_bytes: int = 0
-    peak_cross_cache_bytes: int = 0
-    draft_offered: int = 0  # draft tokens checked in this attempt
-    draft_accepted: int = 0  # of those, confirmed by the model
-    draft_passes: int = 0  # decoder forwards that checked draft tokens
-    # the decode's cross-attention K/V, kept for word timing when it can use them as they
-    # are (saves projecting the audio again: ~18 ms of a tiny.en live re-decode)
-    cross_kv: Optional[list] = None
-
-    def compression_ratio(self, tokenizer: Tokenizer) -> float:
-        text = tokenizer.decode(self.tokens).encode("utf-8")
-        return len(text) / len(zlib.compress(text)) if text else 0.0
-
-
-@dataclass(frozen=True)
-class Step:
-    """One decoder step of one window, with the cache's numbers right after it."""
-
-    token_id: int  # the token appended to the best hypothesis
-    is_timestamp: bool
-    latency_ms: float
-    window_tokens: List[int]  # the best hypothesis of this window so far, up to end-of-text
-    cache_tokens: int
-    self_cache_bytes: int
-    self_cache_reserved_bytes: int
-    cross_cache_bytes: int
-    from_draft: bool = False  # a draft token the model confirmed (TokenEvent.from_draft)
-    prompt_tokens: int = 0  # previous text prefilled as this window's prompt
-    prefill_tokens: int = 0  # positions the window's first forward filled (prompt + SOT)
-    attention: Optional["RawAttention"] = None  # with DecodeOptions.attention
-
-
-@dataclass(frozen=True)
-class RawAttention:
-    """A step's attention before stream_transcribe places it in the audio (StepAttention)."""
-
-    self_weights: np.ndarray  # [layers, positions]
-    cross_weights: np.ndarray  # [n_audio_ctx], all frames of the window, padding included
-    positions: tuple
-    parent: int
-    beam_sources: tuple
 
 
 class _Returning:
@@ -106,7 +49,7 @@ class _Returning:
 
 
 class _Stats:
-    """Running totals of one stream_transcribe call."""
+    """Running totals of one stream_transcribe call, and the DecodeResult they end in."""
 
     def __init__(self):
         self.latencies_ms: List[float] = []
@@ -118,6 +61,41 @@ class _Stats:
         self.draft_offered = 0
         self.draft_accepted = 0
         self.draft_passes = 0
+
+    def add_attempt(self, outcome: WindowOutcome) -> None:
+        self.peak_self = max(self.peak_self, outcome.peak_self_cache_bytes)
+        self.peak_cross = max(self.peak_cross, outcome.peak_cross_cache_bytes)
+        self.draft_offered += outcome.draft_offered
+        self.draft_accepted += outcome.draft_accepted
+        self.draft_passes += outcome.draft_passes
+
+    def result(self, transcript: str, segments: List[Segment], language: str,
+               options: DecodeOptions, no_speech_prob: float) -> DecodeResult:
+        decode_seconds = sum(self.latencies_ms) / 1000
+        latencies = np.array(self.latencies_ms) if self.latencies_ms else np.zeros(1)
+        return DecodeResult(
+            text=transcript.strip(),
+            tokens=[t for s in segments for t in s.tokens],
+            segments=segments,
+            language=language,
+            cache_mode=options.cache,
+            beam_size=options.beam_size,
+            n_tokens=len(self.latencies_ms),
+            decode_seconds=decode_seconds,
+            encoder_ms=self.encoder_ms,
+            tokens_per_second=len(self.latencies_ms) / decode_seconds if decode_seconds else 0.0,
+            mean_latency_ms=float(latencies.mean()),
+            p95_latency_ms=float(np.percentile(latencies, 95)),
+            peak_self_cache_bytes=self.peak_self,
+            peak_cross_cache_bytes=self.peak_cross,
+            peak_rss_bytes=self.peak_rss,
+            latencies_ms=self.latencies_ms,
+            skipped_windows=self.skipped_windows,
+            no_speech_prob=no_speech_prob,
+            draft_offered=self.draft_offered,
+            draft_accepted=self.draft_accepted,
+            draft_passes=self.draft_passes,
+        )
 
 
 def stream_transcribe(
@@ -183,7 +161,7 @@ def stream_transcribe(
         text_before_window = transcript
         for attempt, temperature in enumerate(_temperatures(options)):
             first_of_attempt = True
-            decoding = _Returning(_decode_window(
+            decoding = _Returning(decode_window(
                 model, audio_features, tokenizer, options, language, temperature,
                 prompt_tokens + all_tokens,
                 # the draft is what an earlier decode of this same audio start said first
@@ -213,11 +191,7 @@ def stream_transcribe(
                 first_of_attempt = False
                 step += 1
             outcome = decoding.value
-            stats.peak_self = max(stats.peak_self, outcome.peak_self_cache_bytes)
-            stats.peak_cross = max(stats.peak_cross, outcome.peak_cross_cache_bytes)
-            stats.draft_offered += outcome.draft_offered
-            stats.draft_accepted += outcome.draft_accepted
-            stats.draft_passes += outcome.draft_passes
+            stats.add_attempt(outcome)
             if not _needs_fallback(outcome, tokenizer, options):
                 break
             transcript = text_before_window  # the retry replaces this window's text
@@ -246,32 +220,7 @@ def stream_transcribe(
         else:
             all_tokens.clear()  # openai-whisper drops the prompt after a high-temperature window
 
-    decode_seconds = sum(stats.latencies_ms) / 1000
-    latencies = np.array(stats.latencies_ms) if stats.latencies_ms else np.zeros(1)
-    text_tokens = [t for s in segments for t in s.tokens]
-    yield DecodeResult(
-        text=transcript.strip(),
-        tokens=text_tokens,
-        segments=segments,
-        language=language or "en",
-        cache_mode=options.cache,
-        beam_size=options.beam_size,
-        n_tokens=len(stats.latencies_ms),
-        decode_seconds=decode_seconds,
-        encoder_ms=stats.encoder_ms,
-        tokens_per_second=len(stats.latencies_ms) / decode_seconds if decode_seconds else 0.0,
-        mean_latency_ms=float(latencies.mean()),
-        p95_latency_ms=float(np.percentile(latencies, 95)),
-        peak_self_cache_bytes=stats.peak_self,
-        peak_cross_cache_bytes=stats.peak_cross,
-        peak_rss_bytes=stats.peak_rss,
-        latencies_ms=stats.latencies_ms,
-        skipped_windows=stats.skipped_windows,
-        no_speech_prob=no_speech_prob,
-        draft_offered=stats.draft_offered,
-        draft_accepted=stats.draft_accepted,
-        draft_passes=stats.draft_passes,
-    )
+    yield stats.result(transcript, segments, language or "en", options, no_speech_prob)
 
 
 def transcribe(model: Whisper, audio: np.ndarray, options: Optional[DecodeOptions] = None) -> DecodeResult:
@@ -279,117 +228,6 @@ def transcribe(model: Whisper, audio: np.ndarray, options: Optional[DecodeOption
     for item in stream_transcribe(model, audio, options):
         result = item
     return result
-
-
-def _decode_window(model, audio_features, tokenizer, options, language, temperature,
-                   previous_tokens, draft=None) -> Generator[Step, None, WindowOutcome]:
-    """openai-whisper's DecodingTask._main_loop as a generator over steps.
-
-    Yields a Step per decoder step and returns the window's WindowOutcome. The cache is
-    released on every way out, including when the consumer closes the generator.
-
-    draft: tokens this window is expected to start with (DecodeOptions.draft_tokens).
-    With greedy decoding and the static cache, the steps take their logits from forwards
-    over the draft (speculative.DraftVerifier) while it agrees with the model, and from
-    their own forward otherwise. Each step still filters its logits and picks its token
-    exactly as below, so the picks are the greedy decode's either way.
-    """
-    outcome = WindowOutcome()
-    beam = options.beam_size > 1 and temperature == 0
-    n_ctx = model.dims.n_text_ctx
-    # openai-whisper's transcribe keeps the last n_ctx/2 - 1 tokens of history
-    prompt = previous_tokens[-(n_ctx // 2 - 1):]
-    task = DecodingTask(model, DecodingOptions(
-        task=options.task, language=language, temperature=temperature,
-        beam_size=options.beam_size if beam else None,
-        sample_len=options.max_tokens_per_window,
-        without_timestamps=not options.timestamps,
-        prompt=prompt or None,
-        fp16=audio_features.dtype == torch.float16,
-    ))
-    n_group = task.n_group
-    cache = make_cache(options.cache, model, len(task.initial_tokens), n_group, options.precision)
-    task.inference = cache
-    task.decoder.inference = cache  # the beam search decoder reorders the cache through it
-    task.decoder.reset()
-
-    tokens = torch.tensor([task.initial_tokens], device=audio_features.device)
-    tokens = tokens.repeat_interleave(n_group, dim=0)
-    sum_logprobs = torch.zeros(n_group, device=audio_features.device)
-    sample_begin = task.sample_begin
-    verifier = None
-    cache.capture_attention = options.attention
-    if (options.cache == "static" and options.beam_size == 1 and temperature == 0 and draft
-            and not options.attention):  # a draft pass covers several steps: no per-step weights
-        # beams and sampling pick differently; other caches cannot drop rejected positions
-        verifier = DraftVerifier(usable_draft(draft, tokenizer, model.dims.n_vocab), cache,
-                                 audio_features, task.sot_index, tokenizer)
-    try:
-        for i in range(task.sample_len):
-            started = time.perf_counter()
-            with torch.inference_mode(), cache.step_context():
-                # draft tokens a pass may check: steps left, and positions left in the cache
-                room = min(task.sample_len - i, n_ctx - tokens.shape[1])
-                from_verifier = verifier.logits(tokens, room) if verifier else None
-                if from_verifier:
-                    last_logits, sot_logits = from_verifier
-                else:
-                    last_logits, sot_logits = cache.step_logits(tokens, audio_features, task.sot_index)
-                if i == 0 and tokenizer.no_speech is not None:
-                    outcome.no_speech_prob = sot_logits[0].softmax(-1)[tokenizer.no_speech].item()
-                    if outcome.no_speech_prob > options.no_speech_threshold:
-                        # Decided before anything is shown: a silent window adds no text.
-                        outcome.silent = True
-                        return outcome
-                for logit_filter in task.logit_filters:
-                    logit_filter.apply(last_logits, tokens)
-                read = tokens  # the hypotheses this step's forward ran
-                tokens, completed = task.decoder.update(tokens, last_logits, sum_logprobs)
-                from_draft = bool(from_verifier) and verifier.check(tokens)
-            latency_ms = (time.perf_counter() - started) * 1000
-            attention = _raw_attention(cache, read, n_group, beam) if options.attention else None
-
-            outcome.peak_self_cache_bytes = max(outcome.peak_self_cache_bytes, cache.self_cache_bytes())
-            outcome.peak_cross_cache_bytes = max(outcome.peak_cross_cache_bytes, cache.cross_cache_bytes())
-            best = tokens[0, sample_begin:].tolist()
-            yield Step(token_id=best[-1], is_timestamp=best[-1] >= tokenizer.timestamp_begin,
-                       latency_ms=latency_ms, window_tokens=_until_eot(best, tokenizer),
-                       cache_tokens=cache.cache_tokens(), self_cache_bytes=cache.self_cache_bytes(),
-                       self_cache_reserved_bytes=cache.self_cache_reserved_bytes(),
-                       cross_cache_bytes=cache.cross_cache_bytes(), from_draft=from_draft,
-                       prompt_tokens=len(prompt), prefill_tokens=len(task.initial_tokens),
-                       attention=attention)
-            if completed or tokens.shape[-1] > n_ctx:
-                break
-
-        with torch.inference_mode():
-            final, sum_lp = task.decoder.finalize(
-                tokens.reshape(1, n_group, -1), sum_logprobs.reshape(1, n_group))
-        candidates = [[_until_eot(t[sample_begin:].tolist(), tokenizer) for t in final[0]]]
-        chosen = task.sequence_ranker.rank(
-            [[torch.tensor(c) for c in candidates[0]]], sum_lp)[0]
-        outcome.tokens = candidates[0][chosen]
-        outcome.avg_logprob = float(sum_lp[0][chosen]) / (len(outcome.tokens) + 1)
-        return outcome
-    finally:
-        if verifier:  # also for a window returned as silent
-            outcome.draft_offered, outcome.draft_accepted = verifier.offered, verifier.accepted
-            outcome.draft_passes = verifier.passes
-        if (options.word_timestamps or options.attention) and not outcome.silent:
-            outcome.cross_kv = cache.exact_cross_kv()
-        cache.cleanup_caching()
-
-
-def _raw_attention(cache, read, n_group: int, beam: bool) -> RawAttention:
-    """The weights the step's forward kept (cache.captured), for the hypothesis that the
-    best one after the update came from. Outside the timed step: copying them out is the
-    view's cost, not the decoder's."""
-    self_rows, cross_rows = cache.attention_rows(n_group)
-    sources = tuple(cache.beam_sources or ()) if beam else ()
-    parent = sources[0] if sources else 0
-    return RawAttention(self_weights=self_rows[:, parent].numpy(),
-                        cross_weights=cross_rows[parent].numpy(),
-                        positions=tuple(read[parent].tolist()), parent=parent, beam_sources=sources)
 
 
 def _place(raw: Optional[RawAttention], time_offset: float, segment_size: int,
@@ -432,10 +270,6 @@ def _needs_fallback(outcome: WindowOutcome, tokenizer, options: DecodeOptions) -
         return False
     return (outcome.compression_ratio(tokenizer) > COMPRESSION_RATIO_THRESHOLD
             or outcome.avg_logprob < LOGPROB_THRESHOLD)
-
-
-def _until_eot(tokens: List[int], tokenizer) -> List[int]:
-    return tokens[: tokens.index(tokenizer.eot)] if tokenizer.eot in tokens else tokens
 
 
 def _stable(text: str) -> str:

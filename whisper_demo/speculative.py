@@ -4,13 +4,12 @@ A live session re-decodes a growing buffer; most of what it decodes, the previou
 of the same audio start already said. That previous hypothesis is the draft
 (DecodeOptions.draft_tokens). One decoder forward runs the tokens so far plus the draft,
 so its logits row j is what the j-th step would compute if the draft's first j tokens are
-right. decode.py still filters each row and picks each token exactly as its step loop does;
-while the pick equals the draft token, the next row stays valid. At a difference the pick
-stands, the static cache drops the draft's positions after it (StaticCache.truncate), and
-the draft is realigned to what the model said; further passes check the rest (short ones
-first, see PROBE). A step no pass covers runs its own forward, as without a draft. The
-tokens are
-therefore the greedy decode's, up to float rounding (a batched forward's sums are not
+right. window_decode.py still filters each row and picks each token exactly as its step
+loop does; while the pick equals the draft token, the next row stays valid. At a
+difference the pick stands, the static cache drops the draft's positions after it
+(StaticCache.truncate), and the draft is realigned to what the model said; further passes
+check the rest (short ones first, see PROBE). A step no pass covers runs its own forward,
+as without a draft. The tokens are therefore the greedy decode's, up to float rounding (a batched forward's sums are not
 ordered as a single step's: allclose, not bitwise; a near-tie could in principle flip).
 
 Why realign: as the buffer grows, the model mostly repeats itself but moves segment

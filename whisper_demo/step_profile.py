@@ -24,10 +24,11 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from .audio import load_audio
 from .bench import DEFAULT_AUDIO
-from .decode import _decode_window
+from .encoder import encode
 from .events import DecodeOptions
 from .models import load_model
 from .runner import decoder_runner
+from .window_decode import decode_window
 
 
 def _labelled(label, fn):
@@ -74,11 +75,10 @@ def main(argv=None) -> int:
 
     model = load_model(args.model, device="cpu", progress=False)
     audio = load_audio(DEFAULT_AUDIO)[: 16000 * 30]
-    from .decode import _Stats, _encode
     from .windowing import window_mel
     from whisper.tokenizer import get_tokenizer
 
-    features = _encode(model, window_mel(audio, 0, 3000, model.dims.n_mels).unsqueeze(0), _Stats())
+    features = encode(model, window_mel(audio, 0, 3000, model.dims.n_mels).unsqueeze(0))
     tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages, language="en")
     options = DecodeOptions(beam_size=args.beam_size, precision=args.precision, timestamps=False,
                             no_speech_threshold=1.0, max_tokens_per_window=5 + args.steps)
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
         setattr(cls, attr, _labelled(label, getattr(cls, attr)))
     step_ms = []
     try:
-        window = _decode_window(model, features, tokenizer, options, "en", 0.0, [])
+        window = decode_window(model, features, tokenizer, options, "en", 0.0, [])
         with torch.inference_mode():
             for _ in range(5):
                 next(window)
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     print(f"{args.model}, beam {args.beam_size}, {args.precision}, {args.threads} threads, "
           f"{n} steps from position {5 + len(tokenizer.sot_sequence_including_notimestamps)}, "
           f"torch {torch.__version__}")
-    print(f"step: {step:.2f} ms (timed by decode.py; profiler on, which adds a little)")
+    print(f"step: {step:.2f} ms (timed by window_decode.py; profiler on, which adds a little)")
     print(f"{'part of a step':<52}{'ms':>7}{'share':>7}")
     for key, ms in rows:
         print(f"{key:<52}{ms:7.2f}{ms / step:7.0%}")
