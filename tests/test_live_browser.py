@@ -82,6 +82,13 @@ def test_live_tab_commits_while_speaking(live_server, tmp_path, tiny_model, clip
             page.wait_for_selector('#live-transcript-body[data-state="final"]', timeout=180_000)
             final = page.locator("#live-transcript .wk-committed").inner_text().strip()
             page.screenshot(path=str(tmp_path / "live_final.png"))
+            page.context.grant_permissions(["clipboard-read", "clipboard-write"],
+                                           origin=live_server.url.rstrip("/"))
+            page.locator("#live-copy").click()
+            copied, asked = "", time.monotonic()
+            while not copied and time.monotonic() - asked < 10:
+                copied = page.evaluate("() => navigator.clipboard.readText()")
+                time.sleep(0.1)
             stats = page.locator("#live-stats").inner_text()
             panel = page.locator("#live-cache-panel").inner_text()
             chart_lines = page.locator("#live-latency-chart polyline.wk-series").count()
@@ -115,3 +122,4 @@ def test_live_tab_commits_while_speaking(live_server, tmp_path, tiny_model, clip
     assert "first token" in stats.lower() and "commit" in stats.lower()
     assert "cache" in panel.lower()
     assert chart_lines == 1  # one cache mode, one line of per-token latencies
+    assert copied == final  # "Copy text" gives the transcript as shown, nothing else

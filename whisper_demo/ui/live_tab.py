@@ -31,7 +31,7 @@ from .chunk_order import ChunkSequencer
 from .chunk_tap import ChunkInbox, receives_every_chunk
 from .chunk_tap import install_chunk_tap as _install_chunk_tap  # its name here before chunk_tap.py
 from .latency_svg import latency_svg
-from .live_view import TENTATIVE_STYLE, changed_only, render, sent, transcript_html
+from .live_view import COPY_TRANSCRIPT_JS, TENTATIVE_STYLE, changed_only, render, sent, transcript_html
 from .store import Defaults, ModelStore
 from .controls import link_cache_controls
 
@@ -297,6 +297,7 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
                     desktop_stop = gr.Button("Stop", elem_id="desktop-mic-stop", variant="stop")
         with gr.Column(scale=7, min_width=420):
             transcript = gr.HTML(transcript_html("", ""), elem_id="live-transcript")
+            copy = gr.Button("Copy text", size="sm", elem_id="live-copy", scale=0)
             stats = gr.HTML("", elem_id="live-stats")
             panel_box = gr.HTML(panel.panel_html(None, model) if model is not None else "",
                                 elem_id="live-cache-panel")
@@ -314,6 +315,8 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
     timer.tick(tab.tick, None, views, concurrency_limit=None, **quiet)
     desktop_start.click(tab.desktop_start, [cache_on, mode], [timer, desktop_status] + views, api_name=False)
     desktop_stop.click(tab.desktop_stop, None, [timer, desktop_status] + views, api_name=False)
+    # In the browser, with no round trip: the transcript is on the page already.
+    copy.click(None, None, None, js=COPY_TRANSCRIPT_JS)
     link_cache_controls(cache_on, mode)
     return tab
 

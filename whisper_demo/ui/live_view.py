@@ -20,6 +20,27 @@ COMMITTED_STYLE = ""
 TENTATIVE_STYLE = "color:#94a3b8;font-style:italic"
 
 
+# The words as shown, committed then tentative, to the clipboard. Where the page is not a
+# secure context (served to another machine over plain http) the browser has no clipboard
+# API: the text is selected instead, for Ctrl+C.
+COPY_TRANSCRIPT_JS = """() => {
+  const body = document.querySelector('#live-transcript-body');
+  if (!body) return;
+  const words = [...body.querySelectorAll('.wk-committed, .wk-tentative')]
+    .map(e => e.textContent.trim()).filter(Boolean).join(' ');
+  if (!words) return;
+  if (navigator.clipboard && window.isSecureContext) {
+    navigator.clipboard.writeText(words);
+  } else {
+    const range = document.createRange();
+    range.selectNodeContents(body);
+    const selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+  }
+}"""
+
+
 def transcript_html(committed: str, tentative: str, final: bool = False, note: str = "") -> str:
     committed_html = f'<span class="wk-committed" style="{COMMITTED_STYLE}">{html.escape(committed)}</span>'
     tentative_html = (f' <span class="wk-tentative" style="{TENTATIVE_STYLE}">{html.escape(tentative)}</span>'
