@@ -92,3 +92,46 @@ def test_the_paced_clock_charges_a_decode_stopped_early_for_every_token_it_made(
             break  # stopped here, as the session stops a loop
     # 12 tokens: 3 steps, one pass that confirmed 5 draft tokens, 4 steps
     assert clock.now == pytest.approx(10.0 + 0.2 + 0.01 * 8)
+
+
+
+def test_the_orders_summary_compares_live_with_each_offline_transcript(monkeypatch, capsys):
+    """`--seeds`: one line per order, then how often live is within a point of offline. Three
+    orders of a 10-word reference, scripted: live 1 word off where offline greedy is right
+    (+10 points), level, and 2 better than a looping greedy but 1 worse than the fallback."""
+    from argparse import Namespace
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    import whisper_demo.live.bench as bench
+    from whisper_demo.events import DecodeOptions
+
+    reference = "the quick brown fox jumps over a lazy sleeping dog"
+
+    def wrong(n):  # the reference with its first n words misheard
+        return " ".join(["x"] * n + reference.split()[n:])
+
+    greedy_fallback_live = {0: (reference, reference, wrong(1)), 1: (wrong(2), wrong(3), wrong(2)),
+                            2: (wrong(5), wrong(2), wrong(3))}
+    order = {}
+
+    def build_stream(eval_dir, seconds, seed):
+        order["seed"] = seed
+        return bench.Stream(np.zeros(16000, dtype=np.float32), reference, [])
+
+    def offline_transcripts(model, stream, options):
+        greedy, fallback, _ = greedy_fallback_live[order["seed"]]
+        return SimpleNamespace(text=greedy), SimpleNamespace(text=fallback), []
+
+    monkeypatch.setattr(bench, "build_stream", build_stream)
+    monkeypatch.setattr(bench, "offline_transcripts", offline_transcripts)
+    monkeypatch.setattr(bench, "feed_fast", lambda model, options, audio, chunk, config: SimpleNamespace(
+        committed=greedy_fallback_live[order["seed"]][2]))
+    summary = bench.orders_report(None, DecodeOptions(), None, None,
+                                  Namespace(seeds="0-2", min_seconds=10, chunk=0.1))
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4  # the header and one line per order
+    assert [line.split()[4] for line in lines[1:]] == ["10.0%", "20.0%", "30.0%"]  # live WER
+    assert "within 1 point of offline greedy on 2 of 3 orders, of the better offline transcript on 1" in summary
+    assert "live 10.0-30.0 %" in summary and "+0.0 to +10.0 points" in summary

@@ -4,7 +4,7 @@
                                       [--feeds fast,paced,realtime] [--chunk 0.1] [--min-seconds 180]
                                       [--twice] [--encode-audio-only] [--by-recording]
                                       [--save PATH] [--paced-costs ENC_MS,STEP_MS]
-                                      [--set NAME=VALUE]
+                                      [--set NAME=VALUE] [--seeds FIRST-LAST]
 
 The stream: every recording of the evaluation folder (manifest.jsonl with references),
 then the package's own example clips, joined with pauses of 0.3-2 s (a fixed seed; `--seed` shuffles them), and
@@ -229,6 +229,49 @@ def report(model_name: str, stream: Stream, offline_text: str, offline_words, re
     return "\n".join(lines)
 
 
+def offline_transcripts(model, stream: Stream, options: DecodeOptions):
+    """(greedy, with temperature fallback, word ends for speech -> commit) of the whole stream."""
+    import torch
+
+    offline = transcribe(model, stream.audio, replace(options, word_timestamps=True))
+    torch.manual_seed(0)  # the fallback samples at temperatures above 0
+    fallback = transcribe(model, stream.audio, replace(options, temperature_fallback=True,
+                                                       word_timestamps=True))
+    # Speech -> commit reads each word's end from the better offline transcript (base's
+    # greedy one loops in a window, and a loop's word times say nothing of the speech).
+    timed = min((offline, fallback), key=lambda r: word_error_rate(r.text, stream.reference))
+    return offline, fallback, [(w.text, w.end) for s in timed.segments for w in s.words]
+
+
+def orders_report(model, options: DecodeOptions, config: LiveConfig, eval_dir: Optional[Path], args) -> str:
+    """The fast feed on the same recordings joined in several orders (`--seeds 0-6`): how
+    much of a WER difference on one stream is the order and the pauses. Prints a line per
+    order as it is done; returns the summary. The dev recordings are short and repeat one
+    phrase, so one misheard word that goes into the prompt comes back in the recordings
+    after it, and where it falls moves the WER by points."""
+    first, _, last = args.seeds.partition("-")
+    seeds = range(int(first), int(last or first) + 1)
+    print(f"{'seed':>4} {'seconds':>7} {'greedy':>7} {'fallback':>8} {'live':>6} {'twice':>5}", flush=True)
+    rows = []
+    for seed in seeds:
+        stream = build_stream(eval_dir, args.min_seconds, seed)
+        offline, fallback, _ = offline_transcripts(model, stream, replace(options, encode_audio_only=False))
+        live = feed_fast(model, options, stream.audio, args.chunk, config)
+        wer = [100 * word_error_rate(text, stream.reference) for text in (offline.text, fallback.text, live.committed)]
+        twice = phrases_committed_twice(live.committed, offline.text, stream.reference)
+        rows.append(wer)
+        print(f"{seed:>4} {stream.audio.size / SAMPLE_RATE:>7.0f} {wer[0]:>6.1f}% {wer[1]:>7.1f}% "
+              f"{wer[2]:>5.1f}% {twice:>5}", flush=True)  # one line as each order is done
+    greedy, fallback, live = (np.array(column) for column in zip(*rows))
+    best = np.minimum(greedy, fallback)
+    return "\n".join([
+        f"mean {'':>7} {greedy.mean():>6.1f}% {fallback.mean():>7.1f}% {live.mean():>5.1f}%",
+        f"live (fast feed) within 1 point of offline greedy on {int((live <= greedy + 1).sum())} of "
+        f"{len(rows)} orders, of the better offline transcript on {int((live <= best + 1).sum())}; "
+        f"live {live.min():.1f}-{live.max():.1f} %, live minus the better offline "
+        f"{(live - best).min():+.1f} to {(live - best).max():+.1f} points"])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench live", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -241,6 +284,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0,
                         help="0: the recordings in the folder's order; another: a shuffled order and "
                              "other pauses (a second stream, to see how much a result owes to one)")
+    parser.add_argument("--seeds", metavar="FIRST-LAST",
+                        help="the fast feed against offline on the stream joined in each of these "
+                             "orders (e.g. 0-6), one line each and a summary, instead of the feeds' report")
     parser.add_argument("--chunk", type=float, default=0.1)
     parser.add_argument("--min-seconds", type=float, default=180.0)
     parser.add_argument("--cache", default="static")
@@ -276,17 +322,13 @@ def main(argv=None) -> int:
     eval_dir = Path(args.eval_dir)
     stream = build_stream(eval_dir if eval_dir.exists() else None, args.min_seconds, args.seed)
     options = DecodeOptions(cache=args.cache, language=args.language if model.is_multilingual else None)
-    offline = transcribe(model, stream.audio, replace(options, word_timestamps=True))
-    torch.manual_seed(0)  # the fallback samples at temperatures above 0
-    fallback = transcribe(model, stream.audio, replace(options, temperature_fallback=True,
-                                                       word_timestamps=True))
-    # Speech -> commit reads each word's end from the better offline transcript (base's
-    # greedy one loops in a window, and a loop's word times say nothing of the speech).
-    timed = min((offline, fallback), key=lambda r: word_error_rate(r.text, stream.reference))
-    offline_words = [(w.text, w.end) for s in timed.segments for w in s.words]
     options = replace(options, encode_audio_only=args.encode_audio_only)
     if args.set:
         print("live settings changed from the default: " + ", ".join(args.set), flush=True)
+    if args.seeds:
+        print(orders_report(model, options, config, eval_dir if eval_dir.exists() else None, args), flush=True)
+        return 0
+    offline, fallback, offline_words = offline_transcripts(model, stream, replace(options, encode_audio_only=False))
     results = []
     for feed in args.feeds.split(","):
         if feed == "fast":
