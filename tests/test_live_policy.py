@@ -289,3 +289,34 @@ def test_a_run_of_a_repeated_word_heard_again_is_skipped_whole():
         (run_again + " forced@31.7-32.0 aligner.@32.0-32.5 And@33.0-33.2", None, "forced aligner."),
     ], policy)
     assert [w.norm for w in policy.committed].count("uh") == 6
+
+
+def test_a_phrase_the_decoder_writes_again_with_no_audio_is_dropped():
+    # tiny.en on "Montreal forced, uh, um, uh, hm, hm, um, forced aligner" (mfa_uhum, the
+    # live benchmark's third stream): "Montreal forced." three times, the copies aligned
+    # to the instant the first one ends. They were committed four times over.
+    spoken = "Montreal@232.2-233.12 forced.@233.12-233.56"
+    copies = "Montreal@233.56-233.56 forced.@233.56-233.56 Montreal@233.6-233.6 forced.@233.6-233.6"
+    policy = check([
+        (f"{spoken} {copies} the@234.12-234.5", None, ""),
+        (f"{spoken} {copies} the@234.12-234.5 aligner.@234.5-235.0", None, "Montreal forced. the"),
+    ])
+    assert [w.norm for w in policy.committed].count("montreal") == 1
+
+
+def test_a_copy_of_a_committed_phrase_aligned_to_an_instant_is_skipped():
+    # The committed copy itself took no audio: a copy placed 0.04 s after it is not speech.
+    policy = AgreementPolicy(min_vote_seconds=0.0)
+    policy.committed = [TimedWord("forced.", 233.12, 233.56), TimedWord("Montreal", 233.56, 233.56),
+                        TimedWord("forced.", 233.56, 233.56)]
+    check([
+        ("Montreal@233.6-233.6 forced.@233.6-233.6 the@234.1-234.5", None, ""),
+        ("Montreal@233.6-233.6 forced.@233.6-233.6 the@234.1-234.5 aligner@234.5-235.0", None, "the"),
+    ], policy)
+
+
+def test_a_word_the_speaker_says_again_and_again_is_kept():
+    # "No, no, no": each takes its own audio, so none is a silent copy
+    check([
+        ("No,@1.0-1.2 no,@1.2-1.4 no.@1.4-1.6", 1.6, "No, no, no."),
+    ])

@@ -15,7 +15,10 @@ which compares hypotheses by time, not by word index:
    phrase the speaker really says twice takes its own time after the committed one, and
    is kept; a single repeated word is always skipped (its timing cannot tell). Applied
    again after each skip, so a run heard again ("uh, uh, uh, ...", written a different
-   number of times by each decode) is skipped whole, not one word a decode.
+   number of times by each decode) is skipped whole, not one word a decode. Inside one
+   hypothesis, a phrase written again with no audio at all (every word of the copy
+   aligned to an instant: the alignment found nothing said) is the decoder repeating
+   itself, and is dropped too.
 3. LocalAgreement-2: the longest prefix on which this hypothesis and the previous one agree
    (compared as normalised words) is committed, except words that ended less than
    `right_context_seconds` before the end of the audio the previous decode heard: there
@@ -52,6 +55,7 @@ START_SLACK_S = 0.1  # a word starting this close before the committed end is st
 REPEAT_WINDOW_S = 1.0  # a repeat is looked for only right after the committed end
 MAX_REPEAT_WORDS = 5
 SAME_BOUNDARY_S = 0.5  # cut points closer than this are one boundary
+NO_AUDIO_S = 0.02  # a word aligned to less than one alignment step took no audio
 
 
 def normalize_word(text: str) -> str:
@@ -173,7 +177,7 @@ class AgreementPolicy:
         new = [w for w in words if w.start > end - START_SLACK_S] if self.committed else list(words)
         while repeat := self._repeat_length(new):  # a run of them ("uh, uh, uh, ..."), all
             new = new[repeat:]
-        return new
+        return _without_silent_copies(new)
 
     def _repeat_length(self, new: List[TimedWord]) -> int:
         """How many words at the start of `new` repeat the committed tail without taking
@@ -190,8 +194,10 @@ class AgreementPolicy:
                 # itself leaves out, while a word heard twice across decodes is common.
                 return 1
             # said again, a phrase would end about its own length after the committed end
+            # (give or take the timing's jitter: a committed copy may itself be aligned to
+            # an instant, when the decoder wrote it with no audio of its own)
             own_time = (tail[-1].end - tail[0].start) / 2
-            if new[n - 1].end < self.committed_end + own_time:
+            if new[n - 1].end < self.committed_end + own_time + START_SLACK_S:
                 return n
         return 0
 
@@ -234,6 +240,26 @@ class AgreementPolicy:
         limit = hyp.buffer_end - self.keep_seconds
         forced = list(itertools.takewhile(lambda w: w.end <= limit, tentative))
         return (forced[-1].end if forced else limit), forced
+
+
+def _without_silent_copies(words: List[TimedWord]) -> List[TimedWord]:
+    """`words` without any 1-5-word phrase that repeats the words right before it and took
+    no audio: every word of the copy aligned to an instant. (A speaker's repeat takes time;
+    tiny.en writing "Montreal forced. Montreal forced. Montreal forced." over one phrase
+    aligns the copies to the instant the first one ends.)"""
+    kept: List[TimedWord] = []
+    i = 0
+    while i < len(words):
+        for n in range(min(MAX_REPEAT_WORDS, len(kept), len(words) - i), 0, -1):
+            copy = words[i:i + n]
+            if (all(w.end - w.start < NO_AUDIO_S for w in copy)
+                    and [w.norm for w in copy] == [w.norm for w in kept[-n:]]):
+                i += n
+                break
+        else:
+            kept.append(words[i])
+            i += 1
+    return kept
 
 
 def _leaves_out_words_of(words: Sequence[TimedWord], fuller: Sequence[TimedWord]) -> bool:
