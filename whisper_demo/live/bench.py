@@ -319,16 +319,17 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     model = load_model(args.model, progress=False)
-    eval_dir = Path(args.eval_dir)
-    stream = build_stream(eval_dir if eval_dir.exists() else None, args.min_seconds, args.seed)
-    options = DecodeOptions(cache=args.cache, language=args.language if model.is_multilingual else None)
-    options = replace(options, encode_audio_only=args.encode_audio_only)
+    eval_dir = Path(args.eval_dir) if Path(args.eval_dir).exists() else None
+    # the live decodes may encode only the buffer's audio; the offline ones never do
+    offline_options = DecodeOptions(cache=args.cache, language=args.language if model.is_multilingual else None)
+    options = replace(offline_options, encode_audio_only=args.encode_audio_only)
     if args.set:
         print("live settings changed from the default: " + ", ".join(args.set), flush=True)
     if args.seeds:
-        print(orders_report(model, options, config, eval_dir if eval_dir.exists() else None, args), flush=True)
+        print(orders_report(model, options, config, eval_dir, args), flush=True)
         return 0
-    offline, fallback, offline_words = offline_transcripts(model, stream, replace(options, encode_audio_only=False))
+    stream = build_stream(eval_dir, args.min_seconds, args.seed)
+    offline, fallback, offline_words = offline_transcripts(model, stream, offline_options)
     results = []
     for feed in args.feeds.split(","):
         if feed == "fast":
