@@ -99,7 +99,6 @@ def test_the_orders_summary_compares_live_with_each_offline_transcript(monkeypat
     """`--seeds`: one line per order, then how often live is within a point of offline. Three
     orders of a 10-word reference, scripted: live 1 word off where offline greedy is right
     (+10 points), level, and 2 better than a looping greedy but 1 worse than the fallback."""
-    from argparse import Namespace
     from types import SimpleNamespace
 
     import numpy as np
@@ -128,8 +127,7 @@ def test_the_orders_summary_compares_live_with_each_offline_transcript(monkeypat
     monkeypatch.setattr(bench, "offline_transcripts", offline_transcripts)
     monkeypatch.setattr(bench, "feed_fast", lambda model, options, audio, chunk, config: SimpleNamespace(
         committed=greedy_fallback_live[order["seed"]][2]))
-    summary = bench.orders_report(None, DecodeOptions(), None, None,
-                                  Namespace(seeds="0-2", min_seconds=10, chunk=0.1))
+    summary = bench.orders_report(None, DecodeOptions(), None, None, bench.seed_range("0-2"), 10, 0.1)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4  # the header and one line per order
     assert [line.split()[4] for line in lines[1:]] == ["10.0%", "20.0%", "30.0%"]  # live WER

@@ -5,8 +5,8 @@ openai-whisper does the modelling: its tokenizer, SOT sequence, logit filters, g
 beam-search TokenDecoders and sequence ranker come from a `whisper.decoding.DecodingTask`.
 What this module adds is the loop itself, turned into a generator that times every step,
 the choice of KV cache (cache.py), and the previous hypothesis as a draft
-(speculative.py). decode.py runs it over the windows of long audio, as openai-whisper's
-`transcribe` runs `DecodingTask` (decoding.py there, transcribe.py here: decode.py).
+(speculative.py). decode.py runs it over the windows of long audio: the split of
+openai-whisper's decoding.py (one window) and transcribe.py (the windows).
 """
 
 import time

@@ -243,20 +243,31 @@ def offline_transcripts(model, stream: Stream, options: DecodeOptions):
     return offline, fallback, [(w.text, w.end) for s in timed.segments for w in s.words]
 
 
-def orders_report(model, options: DecodeOptions, config: LiveConfig, eval_dir: Optional[Path], args) -> str:
+def seed_range(text: str) -> range:
+    """`--seeds`: "0-6" (both ends included) or one seed, "3"."""
+    first, _, last = text.partition("-")
+    try:
+        seeds = range(int(first), int(last or first) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not FIRST-LAST, e.g. 0-6") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"{text!r}: LAST is before FIRST")
+    return seeds
+
+
+def orders_report(model, options: DecodeOptions, config: LiveConfig, eval_dir: Optional[Path],
+                  seeds: range, min_seconds: float, chunk_s: float) -> str:
     """The fast feed on the same recordings joined in several orders (`--seeds 0-6`): how
     much of a WER difference on one stream is the order and the pauses. Prints a line per
     order as it is done; returns the summary. The dev recordings are short and repeat one
     phrase, so one misheard word that goes into the prompt comes back in the recordings
     after it, and where it falls moves the WER by points."""
-    first, _, last = args.seeds.partition("-")
-    seeds = range(int(first), int(last or first) + 1)
     print(f"{'seed':>4} {'seconds':>7} {'greedy':>7} {'fallback':>8} {'live':>6} {'twice':>5}", flush=True)
     rows = []
     for seed in seeds:
-        stream = build_stream(eval_dir, args.min_seconds, seed)
+        stream = build_stream(eval_dir, min_seconds, seed)
         offline, fallback, _ = offline_transcripts(model, stream, replace(options, encode_audio_only=False))
-        live = feed_fast(model, options, stream.audio, args.chunk, config)
+        live = feed_fast(model, options, stream.audio, chunk_s, config)
         wer = [100 * word_error_rate(text, stream.reference) for text in (offline.text, fallback.text, live.committed)]
         twice = phrases_committed_twice(live.committed, offline.text, stream.reference)
         rows.append(wer)
@@ -284,7 +295,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0,
                         help="0: the recordings in the folder's order; another: a shuffled order and "
                              "other pauses (a second stream, to see how much a result owes to one)")
-    parser.add_argument("--seeds", metavar="FIRST-LAST",
+    parser.add_argument("--seeds", metavar="FIRST-LAST", type=seed_range,
                         help="the fast feed against offline on the stream joined in each of these "
                              "orders (e.g. 0-6), one line each and a summary, instead of the feeds' report")
     parser.add_argument("--chunk", type=float, default=0.1)
@@ -326,7 +337,8 @@ def main(argv=None) -> int:
     if args.set:
         print("live settings changed from the default: " + ", ".join(args.set), flush=True)
     if args.seeds:
-        print(orders_report(model, options, config, eval_dir, args), flush=True)
+        print(orders_report(model, options, config, eval_dir, args.seeds, args.min_seconds, args.chunk),
+              flush=True)
         return 0
     stream = build_stream(eval_dir, args.min_seconds, args.seed)
     offline, fallback, offline_words = offline_transcripts(model, stream, offline_options)
