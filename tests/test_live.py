@@ -270,9 +270,11 @@ class Script:
     def __init__(self, *answers):
         self.answers = list(answers)
         self.calls = []  # (buffer seconds, prompt)
+        self.prefixes = []  # the committed words each call was given as its start
 
-    def __call__(self, audio, prompt, draft=None):
+    def __call__(self, audio, prompt, draft=None, prefix=None):
         self.calls.append((audio.size / SR, prompt))
+        self.prefixes.append(prefix.words if prefix else ())
         words = self.answers.pop(0) if self.answers else []
         yield TokenEvent(step=0, window=0, token_id=1, text="", transcript=" ".join(w for w, _, _ in words),
                          latency_ms=1.0, cache_tokens=1, cache_capacity=448, self_cache_bytes=0,
@@ -331,6 +333,65 @@ def test_scripted_session_commits_agreement_prompts_and_cuts():
     assert script.calls[0][1] is None
 
 
+def test_each_decode_is_given_the_words_committed_from_its_buffer():
+    # The words committed from the buffer are the next decode's given start (its prefix),
+    # so the decoder goes on after them instead of hearing them again; they come back at
+    # the head of its hypothesis and are not committed again. A cut takes the words before
+    # it out of the prefix: they become the prompt.
+    late = [("It", 0.1, 0.4), ("is", 0.4, 0.6), ("late.", 0.6, 1.0)]
+    go = [("We", 1.4, 1.6), ("go.", 1.6, 2.0)]
+    script = Script(late[:2], late, late + go, late + go + [("Now", 3.2, 3.5)],
+                    [("We", 0.4, 0.6), ("go.", 0.6, 1.0), ("Now", 2.2, 2.5), ("then.", 2.5, 2.9)])
+    config = LiveConfig(min_new_seconds=0.5, cut_after_seconds=1.2, max_buffer_seconds=25.0,
+                        min_vote_seconds=0.0, right_context_seconds=0.3)
+    session = LiveSession(script, config, vad=LoudVoice())
+    committed = []
+    for _ in range(5):
+        session.add_samples(loud(1.0))
+        committed.append(drain(session.updates()).new_committed)
+    assert script.prefixes == [(), (), ("It", "is"), ("It", "is", "late."), ("We", "go.")]
+    assert committed == ["", "It is", "late.", "We go.", "Now"]
+    assert session.committed_text == "It is late. We go. Now"  # each word once
+    assert script.calls[-1][1] == "It is late."  # before the cut: the prompt
+
+
+class LoopsWhenGivenWords(Script):
+    """A scripted decoder that, given committed words to start from, takes up their last
+    word and repeats it to its token limit ("Montreal. Uh. Uh." and "Uh." for ever, as
+    tiny.en did), and without them answers from its script."""
+
+    def __call__(self, audio, prompt, draft=None, prefix=None):
+        if prefix is None:
+            yield from super().__call__(audio, prompt, draft, prefix)
+            return
+        self.calls.append((audio.size / SR, prompt))
+        self.prefixes.append(prefix.words)
+        words = [(w, 0.1 * i, 0.1 * i + 0.1) for i, w in enumerate(prefix.words)]
+        words += [(prefix.words[-1], 1.0 + 0.01 * i, 1.0 + 0.01 * i) for i in range(30)]
+        yield token_event(0, " ".join(w for w, _, _ in words))
+        yield scripted_result(words)
+
+
+def test_a_buffer_whose_decode_loops_on_its_given_words_is_decoded_without_them():
+    said = [("Montreal.", 0.1, 0.5), ("Uh.", 0.6, 0.8), ("um,", 1.6, 1.8), ("forced", 2.4, 2.7),
+            ("aligner.", 2.7, 3.2)]
+    decoder = LoopsWhenGivenWords(said[:2], said[:3], said[:4], said, said)
+    config = LiveConfig(min_new_seconds=1.0, min_vote_seconds=0.0, right_context_seconds=0.0)
+    session = LiveSession(decoder, config, vad=LoudVoice())
+    reasons = []
+    for _ in range(6):
+        session.add_samples(loud(1.0))
+        update = drain(session.updates())
+        reasons.append(update.reason)
+    # the second decode commits "Montreal. Uh."; given them, the third loops and gets no
+    # vote; from then on the buffer is decoded without its committed words, and goes on
+    assert decoder.prefixes[:3] == [(), (), ("Montreal.", "Uh.")]
+    assert "decoded without the words committed from it" in reasons[2]
+    assert decoder.prefixes[3:] == [()] * (len(decoder.prefixes) - 3)
+    assert session.committed_text == "Montreal. Uh. um, forced aligner."
+    assert session.stats().loops == 1
+
+
 def test_the_decode_that_commits_an_utterance_runs_as_soon_as_the_pause_is_long_enough():
     # Re-decodes every 1 s of new audio; the speaker stops at ~1.2 s. The decode that
     # commits the utterance (end of speech) runs once the pause reaches pause_seconds,
@@ -372,9 +433,9 @@ class LoopsWhenPrompted(Script):
         super().__init__(*answers)
         self.then_loops_unprompted = then_loops_unprompted  # once the script is spent
 
-    def __call__(self, audio, prompt, draft=None):
+    def __call__(self, audio, prompt, draft=None, prefix=None):
         if prompt is None and (self.answers or not self.then_loops_unprompted):
-            yield from super().__call__(audio, prompt, draft)
+            yield from super().__call__(audio, prompt, draft, prefix)
             return
         self.calls.append((audio.size / SR, prompt))
         for step in range(self.TOKEN_LIMIT):
@@ -411,7 +472,7 @@ class RunOfFillers(Script):
         (w, 3.0 + 0.3 * i, 3.3 + 0.3 * i) for i, w in enumerate(
             "forced aligner. And so my fellow Americans, ask not what your country can do for you.".split())]
 
-    def __call__(self, audio, prompt, draft=None):
+    def __call__(self, audio, prompt, draft=None, prefix=None):
         self.calls.append((audio.size / SR, prompt))
         for step in range(len(self.WORDS)):
             yield token_event(step, " ".join(w for w, _, _ in self.WORDS[:step + 1]))
@@ -551,7 +612,7 @@ def test_decode_thread_runs_at_lower_priority():
 
 
 def test_worker_views_are_snapshots_and_errors_are_shown():
-    def broken(audio, prompt, draft=None):
+    def broken(audio, prompt, draft=None, prefix=None):
         raise RuntimeError("decoder exploded")
         yield  # a generator
 

@@ -54,6 +54,7 @@ def test_the_paced_feed_charges_each_decode_its_cost_and_repeats_itself(tiny_mod
     from whisper_demo.events import DecodeOptions
     from whisper_demo.live.feeds import DecodeCosts, feed_paced
     from whisper_demo.live.session import LiveConfig
+    from whisper_demo.text import normalize
 
     audio = clip("jfk.wav")
     cheap, dear = DecodeCosts(0.05, 0.001), DecodeCosts(1.0, 0.02)
@@ -64,7 +65,7 @@ def test_the_paced_feed_charges_each_decode_its_cost_and_repeats_itself(tiny_mod
         # a first token comes an encoder pass and a step after the decode starts, which is
         # never before the newest audio it hears arrived
         assert min(result.first_token_ms) >= 1000 * (costs.encoder_s + costs.step_s) - 1e-6
-        assert "ask not what your country can do for you" in result.committed.lower().replace(",", "")
+        assert "ask not what your country can do for you" in normalize(result.committed)
     again = feed_paced(tiny_model, DecodeOptions(), audio, 0.1, LiveConfig(), dear)
     assert again.committed == runs[dear].committed and again.commit_times == runs[dear].commit_times
 
@@ -75,7 +76,7 @@ def test_the_paced_clock_charges_a_decode_stopped_early_for_every_token_it_made(
     from whisper_demo.events import TokenEvent
     from whisper_demo.live.feeds import DecodeCosts, SimulatedClock, paced_decoder
 
-    def looping(audio, prompt, draft=None):
+    def looping(audio, prompt, draft=None, prefix=None):
         for step in range(1000):
             yield TokenEvent(step=step, window=0, token_id=1, text="", transcript="", latency_ms=1.0,
                              cache_tokens=1, cache_capacity=448, self_cache_bytes=0,
@@ -133,3 +134,17 @@ def test_the_orders_summary_compares_live_with_each_offline_transcript(monkeypat
     assert [line.split()[4] for line in lines[1:]] == ["10.0%", "20.0%", "30.0%"]  # live WER
     assert "within 1 point of offline greedy on 2 of 3 orders, of the better offline transcript on 1" in summary
     assert "live 10.0-30.0 %" in summary and "+0.0 to +10.0 points" in summary
+
+
+def test_your_own_recordings_are_sessions_with_a_reference_when_one_lies_beside(tmp_path, clip):
+    import soundfile
+
+    from whisper_demo.live.sessions_bench import file_sessions
+
+    for name in ("talk.wav", "other.wav"):
+        soundfile.write(tmp_path / name, clip("short_3s.wav"), 16000)
+    (tmp_path / "talk.txt").write_text("Please close the door quietly when you leave the room.\n")
+    sessions = file_sessions([str(tmp_path / "talk.wav"), str(tmp_path / "other.wav")])
+    assert [(name, reference) for name, _, reference in sessions] == [
+        ("talk.wav", "Please close the door quietly when you leave the room."), ("other.wav", None)]
+    assert sessions[0][1].size == clip("short_3s.wav").size

@@ -12,6 +12,7 @@ NON_DEFAULT = dict(cache="off", beam_size=3, precision="int8", language="de", ta
                    timestamps=False, prompt="earlier words", condition_on_previous_text=False,
                    temperature_fallback=True, no_speech_threshold=0.3, silence_rms=0.01,
                    max_tokens_per_window=50, word_timestamps=True, draft_tokens=(50364, 440),
+                   prefix_tokens=(50364, 1002),
                    attention=True, encode_audio_only=True)
 
 

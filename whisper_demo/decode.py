@@ -61,6 +61,7 @@ class _Stats:
         self.draft_offered = 0
         self.draft_accepted = 0
         self.draft_passes = 0
+        self.prefix_given = 0
 
     def add_attempt(self, outcome: WindowOutcome) -> None:
         self.peak_self = max(self.peak_self, outcome.peak_self_cache_bytes)
@@ -68,6 +69,7 @@ class _Stats:
         self.draft_offered += outcome.draft_offered
         self.draft_accepted += outcome.draft_accepted
         self.draft_passes += outcome.draft_passes
+        self.prefix_given = max(self.prefix_given, outcome.prefix_given)  # a retry is given it again
 
     def result(self, transcript: str, segments: List[Segment], language: str,
                options: DecodeOptions, no_speech_prob: float) -> DecodeResult:
@@ -95,6 +97,7 @@ class _Stats:
             draft_offered=self.draft_offered,
             draft_accepted=self.draft_accepted,
             draft_passes=self.draft_passes,
+            prefix_given=self.prefix_given,
         )
 
 
@@ -166,6 +169,7 @@ def stream_transcribe(
                 prompt_tokens + all_tokens,
                 # the draft is what an earlier decode of this same audio start said first
                 draft=options.draft_tokens if seek == 0 else None,
+                prefix=options.prefix_tokens if seek == 0 else None,
             ))
             for decoded in decoding:
                 new_text = tokenizer.decode([t for t in decoded.window_tokens if t < tokenizer.eot])

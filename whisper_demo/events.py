@@ -38,6 +38,15 @@ class DecodeOptions:
     # without it (speculative.py). Used by greedy decoding with the static cache (exact or
     # int8); ignored otherwise (beams, sampling, the hooks and off modes).
     draft_tokens: Optional[Tuple[int, ...]] = None
+    # The first window's transcript is taken to begin with these tokens (text and
+    # timestamps): given, not decoded. They are prefilled in the window's first forward,
+    # after the prompt and the start-of-transcript tokens, and the model goes on from
+    # them; they are part of the result (its tokens, segments and words). A live session
+    # passes the words it has already committed from its buffer, so that a re-decode does
+    # not transcribe them again (and cannot hear them differently, skip them or write
+    # them twice): openai-whisper's `prefix`, but seen by the timestamp rules as text the
+    # window already has.
+    prefix_tokens: Optional[Tuple[int, ...]] = None
     # Inside the cache: each TokenEvent carries the step's attention (TokenEvent.attention).
     # Self-attention is then computed explicitly (softmax weights kept) instead of by the
     # fused kernel, so this costs time (the bench reports how much); off by default, and a
@@ -53,9 +62,10 @@ class DecodeOptions:
             raise ValueError("the hooks mode runs openai-whisper's modules as they are: exact precision only")
         if self.beam_size < 1:
             raise ValueError("beam_size must be at least 1")
-        if self.draft_tokens is not None:
-            # a tuple keeps the options hashable and equal by value, whatever was passed
-            object.__setattr__(self, "draft_tokens", tuple(int(t) for t in self.draft_tokens))
+        for name in ("draft_tokens", "prefix_tokens"):
+            if getattr(self, name) is not None:
+                # a tuple keeps the options hashable and equal by value, whatever was passed
+                object.__setattr__(self, name, tuple(int(t) for t in getattr(self, name)))
 
 
 @dataclass(frozen=True, eq=False)  # arrays: compared by identity
@@ -118,7 +128,7 @@ class TokenEvent:
     # later step adds the one token generated. The cross-attention K/V are projected again
     # from the window's new audio at that first step.
     prompt_tokens: int = 0  # previous text given as the prompt (0 for the first window)
-    prefill_tokens: int = 0  # positions the first step of this window filled (prompt + SOT)
+    prefill_tokens: int = 0  # positions the first step of this window filled (prompt + SOT + prefix)
     window_encoder_ms: float = 0.0  # the encoder time of this window's audio
     attention: Optional[StepAttention] = field(default=None, compare=False)  # DecodeOptions.attention
 
@@ -155,3 +165,4 @@ class DecodeResult:
     draft_offered: int = 0  # draft tokens checked (0 when there was none, or it was ignored)
     draft_accepted: int = 0  # of those, how many the model confirmed (TokenEvent.from_draft)
     draft_passes: int = 0  # decoder forwards that checked draft tokens (speculative.py)
+    prefix_given: int = 0  # DecodeOptions.prefix_tokens taken as said (not decoded)

@@ -37,6 +37,7 @@ class WindowOutcome:
     draft_offered: int = 0  # draft tokens checked in this attempt
     draft_accepted: int = 0  # of those, confirmed by the model
     draft_passes: int = 0  # decoder forwards that checked draft tokens
+    prefix_given: int = 0  # tokens the window's transcript was given to start with
     # the decode's cross-attention K/V, kept for word timing when it can use them as they
     # are (saves projecting the audio again: ~18 ms of a tiny.en live re-decode)
     cross_kv: Optional[list] = None
@@ -76,7 +77,8 @@ class RawAttention:
 
 
 def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOptions, language: str,
-                  temperature: float, previous_tokens: List[int], draft=None) -> Generator[Step, None, WindowOutcome]:
+                  temperature: float, previous_tokens: List[int], draft=None,
+                  prefix=None) -> Generator[Step, None, WindowOutcome]:
     """openai-whisper's DecodingTask._main_loop as a generator over steps.
 
     Yields a Step per decoder step and returns the window's WindowOutcome. The cache is
@@ -87,6 +89,12 @@ def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOp
     over the draft (speculative.DraftVerifier) while it agrees with the model, and from
     their own forward otherwise. Each step still filters its logits and picks its token
     exactly as below, so the picks are the greedy decode's either way.
+
+    prefix: tokens the window's transcript begins with (DecodeOptions.prefix_tokens),
+    given rather than decoded: they go into the first forward with the start-of-transcript
+    tokens, and the loop starts after them as if it had picked them, so openai-whisper's
+    timestamp rules read them as this window's text (a timestamp may not go back before
+    theirs). They are the start of outcome.tokens.
     """
     outcome = WindowOutcome()
     beam = options.beam_size > 1 and temperature == 0
@@ -102,12 +110,16 @@ def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOp
         fp16=audio_features.dtype == torch.float16,
     ))
     n_group = task.n_group
-    cache = make_cache(options.cache, model, len(task.initial_tokens), n_group, options.precision)
+    prefix = usable_draft(prefix, tokenizer, model.dims.n_vocab) if prefix else []
+    prefix = prefix[: max(0, n_ctx // 2 - len(task.initial_tokens))]  # room left to decode
+    prefilled = len(task.initial_tokens) + len(prefix)
+    outcome.prefix_given = len(prefix)
+    cache = make_cache(options.cache, model, prefilled, n_group, options.precision)
     task.inference = cache
     task.decoder.inference = cache  # the beam search decoder reorders the cache through it
     task.decoder.reset()
 
-    tokens = torch.tensor([task.initial_tokens], device=audio_features.device)
+    tokens = torch.tensor([list(task.initial_tokens) + prefix], device=audio_features.device)
     tokens = tokens.repeat_interleave(n_group, dim=0)
     sum_logprobs = torch.zeros(n_group, device=audio_features.device)
     sample_begin = task.sample_begin
@@ -151,7 +163,7 @@ def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOp
                        cache_tokens=cache.cache_tokens(), self_cache_bytes=cache.self_cache_bytes(),
                        self_cache_reserved_bytes=cache.self_cache_reserved_bytes(),
                        cross_cache_bytes=cache.cross_cache_bytes(), from_draft=from_draft,
-                       prompt_tokens=len(prompt), prefill_tokens=len(task.initial_tokens),
+                       prompt_tokens=len(prompt), prefill_tokens=prefilled,
                        attention=attention)
             if completed or tokens.shape[-1] > n_ctx:
                 break
@@ -163,7 +175,8 @@ def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOp
         chosen = task.sequence_ranker.rank(
             [[torch.tensor(c) for c in candidates[0]]], sum_lp)[0]
         outcome.tokens = candidates[0][chosen]
-        outcome.avg_logprob = float(sum_lp[0][chosen]) / (len(outcome.tokens) + 1)
+        # the prefix was given, not picked: its tokens have no log-probabilities here
+        outcome.avg_logprob = float(sum_lp[0][chosen]) / (len(outcome.tokens) - len(prefix) + 1)
         return outcome
     finally:
         if verifier:  # also for a window returned as silent

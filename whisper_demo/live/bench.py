@@ -222,7 +222,8 @@ def report(model_name: str, stream: Stream, offline_text: str, offline_words, re
         d, n = r.draft, r.with_result
         if n and d:
             lines.append(
-                f"{r.feed}: per re-decode ({n}), {d['confirmed'] / n:.1f} tokens "
+                f"{r.feed}: per re-decode ({n}), {d.get('given', 0) / n:.1f} tokens of committed words "
+                f"given (prefilled, not decoded), {d['confirmed'] / n:.1f} tokens "
                 f"confirmed from the previous hypothesis in {d['passes'] / n:.1f} passes, "
                 f"{d['decoded'] / n:.1f} decoded step by step; encoder {r.encoder_ms / n:.0f} ms, decoder "
                 f"{r.decode_ms / n:.0f} ms; {r.looped} of them looped (no vote)")

@@ -1,5 +1,6 @@
 """The decoder a live session calls: the model, asked for word timestamps, bounded in
-length, given the previous hypothesis as a draft; and the test for a decode that looped.
+length, given the words already committed from the buffer as the start of its transcript
+and the previous hypothesis as a draft; and the test for a decode that looped.
 
 The session takes any callable of this shape (tests pass a scripted one), so it never
 imports the model or the decoding loop itself.
@@ -8,10 +9,11 @@ imports the model or the decoding loop itself.
 from __future__ import annotations
 
 import zlib
-from dataclasses import replace
-from typing import Callable, Iterator, Optional, Tuple, Union
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from whisper.tokenizer import get_tokenizer
 
 from ..audio import SAMPLE_RATE
 from ..decode import stream_transcribe
@@ -21,26 +23,80 @@ from ..events import DecodeOptions, DecodeResult, TokenEvent
 MAX_TOKENS_PER_SECOND = 10
 MAX_TOKENS_BASE = 20
 
-# (audio, prompt, draft) -> TokenEvents, then a DecodeResult with word timestamps. The
-# draft is what the previous decode of the same buffer start and prompt said (its tokens).
-Decoder = Callable[[np.ndarray, Optional[str], Optional[Tuple[int, ...]]],
+TIME_PRECISION = 0.02  # seconds per timestamp token
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """Words already committed from the buffer: the re-decode's transcript starts with
+    them (given, not decoded) and goes on after them."""
+
+    words: Tuple[str, ...]  # as Whisper wrote them, punctuation included
+    start: float  # buffer seconds where the first of them starts
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.words)
+
+
+# (audio, prompt, draft, prefix) -> TokenEvents, then a DecodeResult with word timestamps.
+# The draft is what the previous decode of the same buffer start and prompt said (its
+# tokens, the previous prefix included).
+Decoder = Callable[[np.ndarray, Optional[str], Optional[Tuple[int, ...]], Optional[Prefix]],
                    Iterator[Union[TokenEvent, DecodeResult]]]
 
 
 def model_decoder(model, options: Optional[DecodeOptions] = None) -> Decoder:
-    """The real decoder: stream_transcribe with word timestamps, the prompt, and the
-    previous hypothesis as a draft that one decoder pass confirms (speculative.py)."""
+    """The real decoder: stream_transcribe with word timestamps, the prompt, the committed
+    words of the buffer as the transcript's given start, and the previous hypothesis as a
+    draft that one decoder pass confirms (speculative.py)."""
     options = replace(options or DecodeOptions(), word_timestamps=True, timestamps=True)
+    # Text is encoded alike in every language and task; only the special tokens differ.
+    tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages)
 
-    def decode(audio: np.ndarray, prompt: Optional[str], draft: Optional[Tuple[int, ...]] = None):
+    def decode(audio: np.ndarray, prompt: Optional[str], draft: Optional[Tuple[int, ...]] = None,
+               prefix: Optional[Prefix] = None):
         # A loop ("aaaa...") would otherwise run to 224 tokens: seconds of a live decode.
         limit = MAX_TOKENS_BASE + int(MAX_TOKENS_PER_SECOND * audio.size / SAMPLE_RATE)
+        prefix_tokens = None
+        if prefix is not None and prefix.words:
+            # the previous decode of this buffer said the committed words with its own
+            # timestamps: keep them; otherwise spell the words out after their start time
+            split = split_after(draft, prefix.text, tokenizer) if draft else None
+            if split is not None:
+                prefix_tokens, draft = split
+            else:
+                prefix_tokens, draft = prefix_token_ids(prefix, tokenizer), None
         return stream_transcribe(model, audio, replace(
-            options, prompt=prompt, draft_tokens=draft,
+            options, prompt=prompt, draft_tokens=draft, prefix_tokens=prefix_tokens,
             max_tokens_per_window=min(limit, model.dims.n_text_ctx // 2)))
 
     decode.options = options  # what the panel shows (cache mode, beams)
+    decode.tokenizer = tokenizer
     return decode
+
+
+def prefix_token_ids(prefix: Prefix, tokenizer) -> List[int]:
+    """The prefix as a segment's opening: its start time as a timestamp token, then its
+    text as Whisper spells it (a space before each word)."""
+    start = tokenizer.timestamp_begin + max(0, int(prefix.start / TIME_PRECISION))
+    return [start, *tokenizer.encode(" " + prefix.text)]
+
+
+def split_after(tokens: Sequence[int], text: str, tokenizer) -> Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]]:
+    """(the tokens that say `text`, the tokens after them), or None when `tokens` do not
+    start with that text. Timestamps between words stay with the words before them."""
+    wanted = " ".join(text.split())
+    spoken: List[int] = []
+    for i, token in enumerate(list(tokens) + [None]):
+        said = " ".join(tokenizer.decode(spoken).split())
+        if said == wanted and (token is None or token < tokenizer.eot):
+            return tuple(tokens[:i]), tuple(tokens[i:])
+        if not wanted.startswith(said) or token is None:
+            return None
+        if token < tokenizer.eot:
+            spoken.append(token)
+    return None
 
 
 COMPRESSION_RATIO_LIMIT = 2.4  # openai-whisper transcribe()'s test for a looping decode

@@ -60,6 +60,7 @@ def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
         result.draft["confirmed"] = result.draft.get("confirmed", 0) + confirmed
         result.draft["decoded"] = result.draft.get("decoded", 0) + update.result.n_tokens - confirmed
         result.draft["passes"] = result.draft.get("passes", 0) + update.result.draft_passes
+        result.draft["given"] = result.draft.get("given", 0) + update.result.prefix_given
 
 
 def feed_fast(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig) -> FeedResult:
@@ -112,9 +113,9 @@ def paced_decoder(decoder, clock: SimulatedClock, costs: DecodeCosts):
     what its result counts: an encoder pass and one step per decoder forward. A decode
     stopped early (a loop) has been charged token by token up to where it stopped."""
 
-    def decode(audio, prompt, draft=None):
+    def decode(audio, prompt, draft=None, prefix=None):
         started, forwards, in_draft_pass = clock.now, 0, False
-        for item in decoder(audio, prompt, draft):
+        for item in decoder(audio, prompt, draft, prefix):
             if isinstance(item, TokenEvent):
                 if not item.from_draft or not in_draft_pass:
                     forwards += 1

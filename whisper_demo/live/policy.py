@@ -117,6 +117,10 @@ class AgreementPolicy:
         """Committed words said before a time: the prompt of a buffer starting there."""
         return [w for w in self.committed if w.end <= stream_seconds + START_SLACK_S]
 
+    def committed_after(self, stream_seconds: float) -> List[TimedWord]:
+        """Committed words said after a time: those of a buffer starting there."""
+        return [w for w in self.committed if w.end > stream_seconds + START_SLACK_S]
+
     def update(self, hyp: Hypothesis, speech_end: Optional[float] = None) -> Decision:
         """Take one hypothesis. `speech_end`: where the speaker stopped, if the voice
         detector saw the speech end inside this buffer (and the pause after it)."""

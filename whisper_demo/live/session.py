@@ -43,7 +43,7 @@ import numpy as np
 
 from ..audio import SAMPLE_RATE, load_audio_chunk
 from ..events import DecodeResult, TokenEvent
-from .decoder import Decoder, looped
+from .decoder import Decoder, Prefix, looped
 from .policy import AgreementPolicy, Decision, Hypothesis, TimedWord
 from .snapshots import LiveStats, LiveUpdate, percentile
 from .vad import VoiceDetector
@@ -108,6 +108,7 @@ class LiveSession:
         self._loops = 0  # decodes that fell into a loop
         self._loops_in_row = 0  # looped decodes of this buffer in a row
         self._unprompted_buffer: Optional[int] = None  # the buffer start that loops on its prompt
+        self._unprefixed_buffer: Optional[int] = None  # the buffer start that looped on its prefix
         self._first_token_ms: Deque[float] = deque(maxlen=self.config.history)
         self._commit_s: Deque[float] = deque(maxlen=self.config.history)
         self._last_first_token_ms: Optional[float] = None
@@ -207,6 +208,7 @@ class LiveSession:
             last_tokens=self._last_result.n_tokens if self._last_result else 0,
             last_from_draft=self._last_result.draft_accepted if self._last_result else 0,
             last_draft_passes=self._last_result.draft_passes if self._last_result else 0,
+            last_given=self._last_result.prefix_given if self._last_result else 0,
             audio_seconds=self.audio_seconds,
             buffer_seconds=self.buffer_seconds, dropped_seconds=self._dropped / SAMPLE_RATE,
             lost_seconds=self.lost_seconds)
@@ -296,7 +298,8 @@ class LiveSession:
         draft = None
         if self._draft is not None and self._draft[:2] == (self._offset, prompt):
             draft = self._draft[2]  # same audio start and prompt: the text so far is known
-        attempt = yield from self._decode(prompt, draft, newest_arrival)
+        prefix = self._prefix(offset_s)
+        attempt = yield from self._decode(prompt, draft, prefix, newest_arrival)
         first_token_ms, last_event, result = attempt.first_token_ms, attempt.last_event, attempt.result
         now = self.clock()
         self.last_activity = now
@@ -309,7 +312,7 @@ class LiveSession:
         if first_token_ms is not None:
             self._first_token_ms.append(first_token_ms)
 
-        hypothesis = _hypothesis(result, offset_s, end / SAMPLE_RATE)
+        hypothesis = _hypothesis(result, offset_s, end / SAMPLE_RATE, prefix)
         pause = (end - voice_end) >= config.pause_seconds * SAMPLE_RATE
         speech_end = voice_end / SAMPLE_RATE if pause else None
         self._loops_in_row = self._loops_in_row + 1 if attempt.looped else 0
@@ -319,10 +322,19 @@ class LiveSession:
             hypothesis = None  # a loop's words get no vote
         if drop_prompt:
             self._unprompted_buffer = self._offset
+        # Given words that end in a repeat ("Montreal. Uh. Uh."), the decoder can take the
+        # repeat up and loop on every decode after; without them it hears the buffer anew
+        # (its committed words are then dropped by the policy's rule 1, as they take their
+        # old times). So one loop with a prefix ends the prefix for this buffer.
+        drop_prefix = attempt.looped and prefix is not None
+        if drop_prefix:
+            self._unprefixed_buffer = self._offset
         if final:
             decision = self.policy.finish(hypothesis, speech_end)
         elif hypothesis is None:
             reason = "decoder looped; hypothesis ignored"
+            if drop_prefix:
+                reason += "; this buffer is decoded without the words committed from it from now on"
             if drop_prompt:
                 reason += f"; {self._loops_in_row} in a row: this buffer is decoded without the prompt"
             decision = Decision((), self._tentative, reason=reason)
@@ -336,7 +348,7 @@ class LiveSession:
                            latencies=latencies, result=result, last_event=last_event,
                            trimmed=trimmed, reason=decision.reason)
 
-    def _decode(self, prompt: Optional[str], draft, newest_arrival: Optional[float]):
+    def _decode(self, prompt: Optional[str], draft, prefix: Optional[Prefix], newest_arrival: Optional[float]):
         """Run the decoder over the buffer: its TokenEvents; returns what came of it (an
         _Attempt). A decode that looped ("aaaa...", a phrase over and over) is found when
         it ends, by openai-whisper's test on its whole text (decoder.looped), and its words
@@ -345,7 +357,7 @@ class LiveSession:
         decodes as loops left a buffer with no vote until its audio was dropped (the last
         20 s of a 57 s recording lost). A true loop ends at the decoder's token limit."""
         attempt = _Attempt(newest_arrival)
-        decoding = self.decoder(self._buffer, prompt, draft)
+        decoding = self.decoder(self._buffer, prompt, draft, prefix)
         try:
             for item in decoding:
                 if isinstance(item, TokenEvent):
@@ -365,6 +377,16 @@ class LiveSession:
             return None
         text = " ".join(w.text for w in self.policy.committed_before(buffer_start_s))
         return text[-self.config.prompt_chars:].lstrip() or None
+
+    def _prefix(self, buffer_start_s: float) -> Optional[Prefix]:
+        """The words committed from this buffer: the decode is given them as its start
+        (unless a decode of this buffer looped on them)."""
+        if self._unprefixed_buffer == self._offset:
+            return None
+        words = self.policy.committed_after(buffer_start_s)
+        if not words:
+            return None
+        return Prefix(tuple(w.text for w in words), max(0.0, words[0].start - buffer_start_s))
 
     def _cut_sample(self, cut_at: float) -> int:
         """The policy's cut point moved into the pause that follows it, if one comes soon."""
@@ -424,11 +446,17 @@ class _Attempt:
     looped: bool = False
 
 
-def _hypothesis(result: Optional[DecodeResult], offset_s: float, end_s: float) -> Hypothesis:
-    """A re-decode's words in stream time (word timestamps are relative to the buffer)."""
+def _hypothesis(result: Optional[DecodeResult], offset_s: float, end_s: float,
+                prefix: Optional[Prefix] = None) -> Hypothesis:
+    """A re-decode's words in stream time (word timestamps are relative to the buffer),
+    without the prefix it was given (those words are committed already)."""
     if result is None:
         return Hypothesis((), (), offset_s, end_s)
     words = tuple(TimedWord(w.text.strip(), offset_s + w.start, offset_s + w.end)
                   for segment in result.segments for w in segment.words if w.text.strip())
+    if prefix is not None:
+        given = [TimedWord(text, 0, 0).norm for text in prefix.words]
+        if [w.norm for w in words[:len(given)]] == given:
+            words = words[len(given):]
     segment_ends = tuple(offset_s + s.end for s in result.segments[:-1])
     return Hypothesis(words, segment_ends, offset_s, end_s)

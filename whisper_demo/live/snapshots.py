@@ -30,6 +30,7 @@ class LiveStats:
     last_tokens: int  # decoder steps of the last re-decode
     last_from_draft: int  # of them, confirmed from the previous hypothesis (speculative.py)
     last_draft_passes: int  # the decoder forwards that confirmed them
+    last_given: int  # tokens of the committed words it was given to start from (not decoded)
     audio_seconds: float  # received so far
     buffer_seconds: float  # held for re-decoding
     dropped_seconds: float  # discarded: a decoder too slow for the stream (never silently)

@@ -85,6 +85,9 @@ def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
             " decoded without one until it is cut" if s.unprompted else "")
          + (f" · last {ms(s.last_decode_ms)}" if s.last_decode_ms else "")
          + (f", encoder {ms(s.last_encoder_ms)}" if s.last_encoder_ms else "")
+         + (f" · {s.last_given} tokens of the words already committed from the buffer given"
+            " as the start of its transcript (prefilled in one pass, not decoded again)"
+            if s.last_given else "")
          + (f" · {s.last_from_draft} of its {s.last_tokens} tokens confirmed from the previous "
             f"hypothesis in {s.last_draft_passes} pass{'es' if s.last_draft_passes != 1 else ''}"
             if s.last_from_draft else "")),
@@ -128,6 +131,8 @@ def _decode_status(view: LiveView) -> str:
     if s is None:
         return "listening…"
     line = f"re-decode #{s.decodes} · buffer {s.buffer_seconds:.1f} s"
+    if s.last_given:
+        line += f" · {s.last_given} committed tokens given in the first pass"
     if s.last_from_draft:
         passes = "one pass" if s.last_draft_passes == 1 else f"{s.last_draft_passes} passes"
         line += (f" · {s.last_from_draft} tokens confirmed in {passes}, "
