@@ -6,8 +6,13 @@ from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
 
 def decode_all(model, audio, **options):
     """(TokenEvents, DecodeResult) of stream_transcribe with DecodeOptions(**options)."""
+    return drain(stream_transcribe(model, audio, DecodeOptions(**options)))
+
+
+def drain(decoding):
+    """(TokenEvents, DecodeResult) of a decode's items (stream_transcribe, a live decoder)."""
     events, result = [], None
-    for item in stream_transcribe(model, audio, DecodeOptions(**options)):
+    for item in decoding:
         if isinstance(item, TokenEvent):
             events.append(item)
         else:

@@ -7,8 +7,8 @@ import pytest
 from whisper.tokenizer import get_tokenizer
 
 from whisper_demo.live.decoder import Prefix, model_decoder, prefix_token_ids, split_after
-from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
-from decoding import decode_all
+from whisper_demo.events import DecodeOptions
+from decoding import decode_all, drain
 
 SR = 16000
 run = decode_all  # tests/decoding.py
@@ -74,28 +74,17 @@ def test_prefix_token_ids_open_a_segment_at_the_words_start(tok):
     assert prefix_token_ids(Prefix(("Hi",), start=0.0), tok)[0] == tok.timestamp_begin
 
 
-def _drain(decoding):
-    events, result = [], None
-    for item in decoding:
-        if isinstance(item, TokenEvent):
-            events.append(item)
-        else:
-            result = item
-    assert isinstance(result, DecodeResult)
-    return events, result
-
-
 def test_the_live_decoder_gives_the_committed_words_and_checks_the_rest_as_draft(tiny_model, clip):
     """A re-decode of a grown buffer: the words committed from it are given (with the
     previous decode's own tokens for them, timestamps included), and what that decode
     said after them is the draft, which changes no token."""
     decode = model_decoder(tiny_model, DecodeOptions())
     audio = clip("jfk.wav")
-    _, first = _drain(decode(audio[: 7 * SR], None))
+    _, first = drain(decode(audio[: 7 * SR], None))
     words = [w.text.strip() for s in first.segments for w in s.words]
     committed = Prefix(tuple(words[:4]), start=first.segments[0].words[0].start)
-    with_draft_events, with_draft = _drain(decode(audio, None, tuple(first.tokens), committed))
-    _, without_draft = _drain(decode(audio, None, None, committed))
+    with_draft_events, with_draft = drain(decode(audio, None, tuple(first.tokens), committed))
+    _, without_draft = drain(decode(audio, None, None, committed))
     assert with_draft.tokens == without_draft.tokens
     assert " ".join(w.text.strip() for s in with_draft.segments for w in s.words).startswith(" ".join(words[:4]))
     # the given tokens were the first decode's own (timestamps included), not decoded again
