@@ -5,6 +5,8 @@ Each row of a table is one re-decode: (hypothesis, speech_end or None, what it c
 No model, no audio, no clock: every failure the live path has shown is a row here.
 """
 
+from dataclasses import replace
+
 import pytest
 
 from whisper_demo.live.policy import AgreementPolicy, Hypothesis, TimedWord
@@ -60,6 +62,23 @@ def test_a_word_heard_before_the_committed_end_is_not_committed_again():
         ("ask@0-0.4 not@0.35-0.75 what@0.9-1.2 your@1.2-1.5", None, "what"),
     ])
     assert [w.text for w in policy.committed] == ["ask", "not", "what"]
+
+
+def test_words_after_the_given_committed_words_are_new_wherever_they_are_placed():
+    # "you" was committed stretched over the pause and the onset of "ask" (7.24-8.26 s).
+    # The next decodes were given "... for you" as their start and wrote "ask what" after
+    # it, with "ask" placed at 8.08 s, before the committed end: new all the same.
+    def given(spec):
+        return replace(hyp(spec), after_committed=True)
+
+    for after_committed, expected in ((True, "ask what you"), (False, "what you")):
+        policy = AgreementPolicy(min_vote_seconds=0.0)
+        policy.committed = [TimedWord("for", 7.0, 7.24), TimedWord("you", 7.24, 8.26)]
+        make = given if after_committed else hyp
+        check([
+            (make("ask@8.08-8.66 what@8.66-8.94 you@8.94-9.28"), None, ""),
+            (make("ask@8.08-8.66 what@8.66-8.94 you@8.94-9.28 can@9.28-9.5 do@9.5-9.7"), None, expected),
+        ], policy)
 
 
 def test_a_repeat_after_a_cut_is_skipped():

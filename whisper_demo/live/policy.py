@@ -9,6 +9,11 @@ which compares hypotheses by time, not by word index:
 
 1. Words that start before the end of the committed text (less a little slack for the
    timing's jitter) were already heard and judged: they are dropped from the hypothesis.
+   Not when the decode was given every committed word of its buffer as the start of its
+   transcript: what it wrote after them is new by construction, wherever the alignment
+   puts it (the committed "you" of "for you" had swallowed the pause and the onset of
+   "ask" after it, 7.24-8.26 s; the next decode placed "ask" at 8.08 s, and the time rule
+   dropped it for good).
 2. If the hypothesis then opens by repeating the last 1-5 committed words, and those words
    take no audio of their own (they end about where the committed text ends), it is the
    decoder hearing again what it heard before, placed a little later: they are skipped. A
@@ -87,6 +92,9 @@ class Hypothesis:
     segment_ends: Tuple[float, ...] = ()  # where Whisper closed a segment (not the last one)
     buffer_start: float = 0.0
     buffer_end: float = 0.0
+    # The decode was given every committed word of its buffer and wrote these after them
+    # (the session strips the given words): none of them was committed before (rule 1).
+    after_committed: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,7 +132,7 @@ class AgreementPolicy:
     def update(self, hyp: Hypothesis, speech_end: Optional[float] = None) -> Decision:
         """Take one hypothesis. `speech_end`: where the speaker stopped, if the voice
         detector saw the speech end inside this buffer (and the pause after it)."""
-        new = self._new_words(hyp.words)
+        new = self._new_words(hyp)
         previous_end, self._previous_end = self._previous_end, hyp.buffer_end
         if speech_end is not None:
             heard = [w for w in new if w.start < speech_end]
@@ -166,7 +174,7 @@ class AgreementPolicy:
         (Whisper sometimes skips a repeated phrase), the fuller one is kept (rule 6)."""
         if hyp is None:
             return self._commit(self.previous, (), None, reason="finish")
-        words = self._new_words(hyp.words)
+        words = self._new_words(hyp)
         if speech_end is not None:
             words = [w for w in words if w.start < speech_end]
         reason = "finish"
@@ -176,9 +184,11 @@ class AgreementPolicy:
 
     # ------------------------------------------------------------------ rules
 
-    def _new_words(self, words: Sequence[TimedWord]) -> List[TimedWord]:
+    def _new_words(self, hyp: Hypothesis) -> List[TimedWord]:
         end = self.committed_end
-        new = [w for w in words if w.start > end - START_SLACK_S] if self.committed else list(words)
+        new = list(hyp.words)
+        if self.committed and not hyp.after_committed:
+            new = [w for w in new if w.start > end - START_SLACK_S]
         while repeat := self._repeat_length(new):  # a run of them ("uh, uh, uh, ..."), all
             new = new[repeat:]
         return _without_silent_copies(new)

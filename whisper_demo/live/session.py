@@ -454,9 +454,10 @@ def _hypothesis(result: Optional[DecodeResult], offset_s: float, end_s: float,
         return Hypothesis((), (), offset_s, end_s)
     words = tuple(TimedWord(w.text.strip(), offset_s + w.start, offset_s + w.end)
                   for segment in result.segments for w in segment.words if w.text.strip())
+    after_committed = False
     if prefix is not None:
         given = [TimedWord(text, 0, 0).norm for text in prefix.words]
         if [w.norm for w in words[:len(given)]] == given:
-            words = words[len(given):]
+            words, after_committed = words[len(given):], True
     segment_ends = tuple(offset_s + s.end for s in result.segments[:-1])
-    return Hypothesis(words, segment_ends, offset_s, end_s)
+    return Hypothesis(words, segment_ends, offset_s, end_s, after_committed)
