@@ -309,6 +309,20 @@ def quiet(seconds):
     return np.zeros(int(seconds * SR), np.float32)
 
 
+# A buffer of a few 1 s decodes is cut once it holds two committed sentences.
+CUT_AFTER_TWO_SENTENCES = LiveConfig(min_new_seconds=0.5, cut_after_seconds=1.2, max_buffer_seconds=25.0,
+                                     min_vote_seconds=0.0, right_context_seconds=0.3)
+
+
+def commits_second_by_second(session, seconds):
+    """Feed `seconds` of loud audio 1 s at a time; what each second committed."""
+    committed = []
+    for _ in range(seconds):
+        session.add_samples(loud(1.0))
+        committed.append(drain(session.updates()).new_committed)
+    return committed
+
+
 def test_scripted_session_commits_agreement_prompts_and_cuts():
     late = [("It", 0.1, 0.4), ("is", 0.4, 0.6), ("late.", 0.6, 1.0)]
     script = Script(
@@ -316,14 +330,8 @@ def test_scripted_session_commits_agreement_prompts_and_cuts():
         late + [("We", 1.4, 1.6), ("go.", 1.6, 2.0)],
         late + [("We", 1.4, 1.6), ("go.", 1.6, 2.0), ("Now", 3.2, 3.5)],
     )
-    config = LiveConfig(min_new_seconds=0.5, cut_after_seconds=1.2, max_buffer_seconds=25.0,
-                        min_vote_seconds=0.0, right_context_seconds=0.3)
-    session = LiveSession(script, config, vad=LoudVoice())
-    committed = []
-    for _ in range(4):
-        session.add_samples(loud(1.0))
-        committed.append(drain(session.updates()).new_committed)
-    assert committed == ["", "It is", "late.", "We go."]
+    session = LiveSession(script, CUT_AFTER_TWO_SENTENCES, vad=LoudVoice())
+    assert commits_second_by_second(session, 4) == ["", "It is", "late.", "We go."]
     # past cut_after_seconds with two committed sentences: cut after the first ("late.",
     # 1.0 s); the second stays in the buffer as context
     assert session._offset == SR
@@ -342,13 +350,8 @@ def test_each_decode_is_given_the_words_committed_from_its_buffer():
     go = [("We", 1.4, 1.6), ("go.", 1.6, 2.0)]
     script = Script(late[:2], late, late + go, late + go + [("Now", 3.2, 3.5)],
                     [("We", 0.4, 0.6), ("go.", 0.6, 1.0), ("Now", 2.2, 2.5), ("then.", 2.5, 2.9)])
-    config = LiveConfig(min_new_seconds=0.5, cut_after_seconds=1.2, max_buffer_seconds=25.0,
-                        min_vote_seconds=0.0, right_context_seconds=0.3)
-    session = LiveSession(script, config, vad=LoudVoice())
-    committed = []
-    for _ in range(5):
-        session.add_samples(loud(1.0))
-        committed.append(drain(session.updates()).new_committed)
+    session = LiveSession(script, CUT_AFTER_TWO_SENTENCES, vad=LoudVoice())
+    committed = commits_second_by_second(session, 5)
     assert script.prefixes == [(), (), ("It", "is"), ("It", "is", "late."), ("We", "go.")]
     assert committed == ["", "It is", "late.", "We go.", "Now"]
     assert session.committed_text == "It is late. We go. Now"  # each word once
