@@ -24,7 +24,7 @@ def transcribe_mel(audio: np.ndarray, seek: int, segment_size: int) -> torch.Ten
     return pad_or_trim(mel[:, seek : seek + segment_size], N_FRAMES)
 
 
-def test_a_window_of_a_live_buffer_is_transcribes_mel_to_the_bit(clip):
+def test_a_window_of_a_live_buffer_is_transcribes_mel(clip):
     # Buffers of real speech cut at any sample (live buffers end anywhere), quiet ones
     # too: padding by one FFT window instead of 30 s must not change a value.
     speech = np.concatenate([clip("jfk.wav"), clip("speech_25s.wav")])

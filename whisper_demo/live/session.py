@@ -20,9 +20,10 @@ of either. What is final is the policy's call (policy.py); this module only feed
   `min_new_seconds` mark. Nothing is decoded while the buffer holds no speech (silence
   is trimmed to a short lead-in), nor when no new speech came and every word heard is
   committed.
-* The prompt is the committed text said before the buffer, as openai-whisper's transcribe
-  conditions each window on the text before it; a buffer whose decodes keep looping on it
-  (`loop_reset_after` in a row) is decoded without one until it is cut.
+* Each decode is given the committed text said before the buffer as its prompt, the
+  words committed from the buffer as the start of its transcript, and the previous
+  decode's tokens as a draft; a loop takes the prefix or the prompt away for the rest of
+  the buffer (context.py).
 * The buffer is cut where the policy allows it, moved into the pause that follows when
   there is one (a cut in silence never splits a word), so the buffer, the decode and the
   cache stay bounded however long the session runs.
@@ -43,8 +44,9 @@ import numpy as np
 
 from ..audio import SAMPLE_RATE, load_audio_chunk
 from ..events import DecodeResult, TokenEvent
+from .context import ContextKeeper
 from .decoder import Decoder, Prefix, looped
-from .policy import AgreementPolicy, Decision, Hypothesis, TimedWord
+from .policy import AgreementPolicy, Decision, Hypothesis, TimedWord, normalize_word
 from .snapshots import LiveStats, LiveUpdate, percentile
 from .vad import VoiceDetector
 
@@ -100,15 +102,11 @@ class LiveSession:
         self._offset = 0  # stream sample of buffer[0]
         self._decoded_to = 0  # stream sample up to which the last re-decode heard
         self._tentative: Tuple[TimedWord, ...] = ()
-        # the previous decode's tokens, with the buffer start and prompt it was made for
-        self._draft: Optional[Tuple[int, Optional[str], Tuple[int, ...]]] = None
         self._last_result: Optional[DecodeResult] = None
         self._decodes = 0
         self._skipped = 0
         self._loops = 0  # decodes that fell into a loop
-        self._loops_in_row = 0  # looped decodes of this buffer in a row
-        self._unprompted_buffer: Optional[int] = None  # the buffer start that loops on its prompt
-        self._unprefixed_buffer: Optional[int] = None  # the buffer start that looped on its prefix
+        self._context = ContextKeeper(self.policy, self.config.prompt_chars, self.config.loop_reset_after)
         self._first_token_ms: Deque[float] = deque(maxlen=self.config.history)
         self._commit_s: Deque[float] = deque(maxlen=self.config.history)
         self._last_first_token_ms: Optional[float] = None
@@ -200,7 +198,7 @@ class LiveSession:
         ft, cs = list(self._first_token_ms), list(self._commit_s)
         return LiveStats(
             decodes=self._decodes, skipped=self._skipped, loops=self._loops,
-            unprompted=self._unprompted_buffer == self._offset,
+            unprompted=self._context.unprompted(self._offset),
             first_token_ms_median=percentile(ft, 50), first_token_ms_p95=percentile(ft, 95),
             commit_s_median=percentile(cs, 50), commit_s_p95=percentile(cs, 95),
             last_first_token_ms=self._last_first_token_ms, last_decode_ms=self._last_decode_ms,
@@ -293,13 +291,9 @@ class LiveSession:
 
         self._decodes += 1
         offset_s = self._offset / SAMPLE_RATE
-        prompt = self._prompt(offset_s)
+        context = self._context.for_decode(self._offset, offset_s)
         started = self.clock()
-        draft = None
-        if self._draft is not None and self._draft[:2] == (self._offset, prompt):
-            draft = self._draft[2]  # same audio start and prompt: the text so far is known
-        prefix = self._prefix(offset_s)
-        attempt = yield from self._decode(prompt, draft, prefix, newest_arrival)
+        attempt = yield from self._decode(context.prompt, context.draft, context.prefix, newest_arrival)
         first_token_ms, last_event, result = attempt.first_token_ms, attempt.last_event, attempt.result
         now = self.clock()
         self.last_activity = now
@@ -307,37 +301,21 @@ class LiveSession:
         self._last_decode_ms = (now - started) * 1000
         self._last_encoder_ms = result.encoder_ms if result is not None else None
         self._last_result = result
-        self._draft = (self._offset, prompt, tuple(result.tokens)) if result is not None else None
         self._last_first_token_ms = first_token_ms
         if first_token_ms is not None:
             self._first_token_ms.append(first_token_ms)
 
-        hypothesis = _hypothesis(result, offset_s, end / SAMPLE_RATE, prefix)
+        hypothesis = _hypothesis(result, offset_s, end / SAMPLE_RATE, context.prefix)
         pause = (end - voice_end) >= config.pause_seconds * SAMPLE_RATE
         speech_end = voice_end / SAMPLE_RATE if pause else None
-        self._loops_in_row = self._loops_in_row + 1 if attempt.looped else 0
-        drop_prompt = attempt.looped and self._loops_in_row == config.loop_reset_after
+        context_change = self._context.decoded(self._offset, context, result, attempt.looped)
         if attempt.looped:
             self._loops += 1
             hypothesis = None  # a loop's words get no vote
-        if drop_prompt:
-            self._unprompted_buffer = self._offset
-        # Given words that end in a repeat ("Montreal. Uh. Uh."), the decoder can take the
-        # repeat up and loop on every decode after; without them it hears the buffer anew
-        # (its committed words are then dropped by the policy's rule 1, as they take their
-        # old times). So one loop with a prefix ends the prefix for this buffer.
-        drop_prefix = attempt.looped and prefix is not None
-        if drop_prefix:
-            self._unprefixed_buffer = self._offset
         if final:
             decision = self.policy.finish(hypothesis, speech_end)
         elif hypothesis is None:
-            reason = "decoder looped; hypothesis ignored"
-            if drop_prefix:
-                reason += "; this buffer is decoded without the words committed from it from now on"
-            if drop_prompt:
-                reason += f"; {self._loops_in_row} in a row: this buffer is decoded without the prompt"
-            decision = Decision((), self._tentative, reason=reason)
+            decision = Decision((), self._tentative, reason="decoder looped; hypothesis ignored" + context_change)
         else:
             decision = self.policy.update(hypothesis, speech_end)
         latencies = self._commit_latencies(decision.committed, now, record=not final)
@@ -372,22 +350,6 @@ class LiveSession:
         attempt.looped = attempt.result is not None and looped(attempt.result.text)
         return attempt
 
-    def _prompt(self, buffer_start_s: float) -> Optional[str]:
-        if self._unprompted_buffer == self._offset:
-            return None
-        text = " ".join(w.text for w in self.policy.committed_before(buffer_start_s))
-        return text[-self.config.prompt_chars:].lstrip() or None
-
-    def _prefix(self, buffer_start_s: float) -> Optional[Prefix]:
-        """The words committed from this buffer: the decode is given them as its start
-        (unless a decode of this buffer looped on them)."""
-        if self._unprefixed_buffer == self._offset:
-            return None
-        words = self.policy.committed_after(buffer_start_s)
-        if not words:
-            return None
-        return Prefix(tuple(w.text for w in words), max(0.0, words[0].start - buffer_start_s))
-
     def _cut_sample(self, cut_at: float) -> int:
         """The policy's cut point moved into the pause that follows it, if one comes soon."""
         sample = int(round(cut_at * SAMPLE_RATE))
@@ -402,7 +364,7 @@ class LiveSession:
             return 0.0
         self._buffer = self._buffer[n:].copy()
         self._offset = stream_sample
-        self._loops_in_row = 0  # counted per buffer (LiveConfig.loop_reset_after)
+        self._context.new_buffer()
         self.vad.forget_before(self._offset)
         with self._lock:  # arrival marks are kept only for audio still held
             while len(self._arrivals) > 1 and self._arrivals[1][0] <= self._offset:
@@ -456,7 +418,7 @@ def _hypothesis(result: Optional[DecodeResult], offset_s: float, end_s: float,
                   for segment in result.segments for w in segment.words if w.text.strip())
     after_committed = False
     if prefix is not None:
-        given = [TimedWord(text, 0, 0).norm for text in prefix.words]
+        given = [normalize_word(text) for text in prefix.words]
         if [w.norm for w in words[:len(given)]] == given:
             words, after_committed = words[len(given):], True
     segment_ends = tuple(offset_s + s.end for s in result.segments[:-1])
