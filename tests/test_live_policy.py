@@ -334,6 +334,33 @@ def test_a_copy_of_a_committed_phrase_aligned_to_an_instant_is_skipped():
     ], policy)
 
 
+def test_a_silent_word_before_a_silent_copy_of_the_committed_tail_does_not_hide_it():
+    # The live benchmark's third order, fast feed: "Montreal forced." committed, then an
+    # end-of-speech decode wrote "Mm. Montreal forced." aligned to one instant before the
+    # speech that followed; the silent "Mm." in front kept rule 2 from seeing the repeat,
+    # and "Montreal forced." was committed twice.
+    policy = AgreementPolicy(min_vote_seconds=0.0)
+    policy.committed = [TimedWord("Montreal", 232.2, 233.12), TimedWord("forced.", 233.12, 233.56)]
+    check([
+        ("Mm.@233.6-233.6 Montreal@233.6-233.6 forced.@233.6-233.6 Mm.@235.54-236.94 "
+         "Montreal@237.02-237.88", 237.9, "Mm. Montreal"),
+    ], policy)
+    assert [w.norm for w in policy.committed].count("forced") == 1
+
+
+def test_a_silent_word_that_opens_no_repeat_is_kept():
+    policy = AgreementPolicy(min_vote_seconds=0.0)
+    policy.committed = [TimedWord("Montreal", 232.2, 233.12), TimedWord("forced.", 233.12, 233.56)]
+    check([("the@233.6-233.6 aligner.@233.7-234.2", 234.2, "the aligner.")], policy)
+
+
+def test_a_silent_copy_behind_a_silent_word_inside_one_hypothesis_is_dropped():
+    check([
+        ("Montreal@232.2-233.12 forced.@233.12-233.56 Mm.@233.6-233.6 Montreal@233.6-233.6 "
+         "forced.@233.6-233.6 the@234.1-234.5", 234.5, "Montreal forced. Mm. the"),
+    ])
+
+
 def test_a_word_the_speaker_says_again_and_again_is_kept():
     # "No, no, no": each takes its own audio, so none is a silent copy
     check([

@@ -23,7 +23,8 @@ which compares hypotheses by time, not by word index:
    number of times by each decode) is skipped whole, not one word a decode. Inside one
    hypothesis, a phrase written again with no audio at all (every word of the copy
    aligned to an instant: the alignment found nothing said) is the decoder repeating
-   itself, and is dropped too.
+   itself, and is dropped too. Words with no audio between the phrase and its copy (a
+   silent "Mm.") do not hide the copy.
 3. LocalAgreement-2: the longest prefix on which this hypothesis and the previous one agree
    (compared as normalised words) is committed, except words that ended less than
    `right_context_seconds` before the end of the audio the previous decode heard: there
@@ -195,7 +196,17 @@ class AgreementPolicy:
 
     def _repeat_length(self, new: List[TimedWord]) -> int:
         """How many words at the start of `new` repeat the committed tail without taking
-        audio of their own (rule 2); 0 when there is no such repeat."""
+        audio of their own (rule 2); 0 when there is no such repeat. Words that took no
+        audio may open the repeat and go with it ("Mm. Montreal forced." written after a
+        committed "Montreal forced.", all three aligned to one instant)."""
+        silent = len(list(itertools.takewhile(_took_no_audio, new[:MAX_REPEAT_WORDS])))
+        for lead in range(silent + 1):
+            repeat = self._repeat_at(new[lead:])
+            if repeat:
+                return lead + repeat
+        return 0
+
+    def _repeat_at(self, new: List[TimedWord]) -> int:
         if not new or not self.committed or abs(new[0].start - self.committed_end) > REPEAT_WINDOW_S:
             return 0
         for n in range(min(MAX_REPEAT_WORDS, len(new), len(self.committed)), 0, -1):
@@ -257,23 +268,39 @@ class AgreementPolicy:
 
 
 def _without_silent_copies(words: List[TimedWord]) -> List[TimedWord]:
-    """`words` without any 1-5-word phrase that repeats the words right before it and took
-    no audio: every word of the copy aligned to an instant. (A speaker's repeat takes time;
-    tiny.en writing "Montreal forced. Montreal forced. Montreal forced." over one phrase
-    aligns the copies to the instant the first one ends.)"""
+    """`words` without any 1-5-word phrase that repeats the words right before it (or
+    before a few words that took no audio) and took no audio itself: every word of the
+    copy aligned to an instant. (A speaker's repeat takes time; tiny.en writing "Montreal
+    forced. Montreal forced. Montreal forced." over one phrase aligns the copies to the
+    instant the first one ends, with at times a silent "Mm." between them.)"""
     kept: List[TimedWord] = []
     i = 0
     while i < len(words):
-        for n in range(min(MAX_REPEAT_WORDS, len(kept), len(words) - i), 0, -1):
-            copy = words[i:i + n]
-            if (all(w.end - w.start < NO_AUDIO_S for w in copy)
-                    and [w.norm for w in copy] == [w.norm for w in kept[-n:]]):
-                i += n
-                break
+        copied = _copies_words_before(words[i:], kept) if _took_no_audio(words[i]) else 0
+        if copied:
+            i += copied
         else:
             kept.append(words[i])
             i += 1
     return kept
+
+
+def _copies_words_before(words: List[TimedWord], before: List[TimedWord]) -> int:
+    """Length of the silent copy that `words` open with, of the words at the end of
+    `before` (less its last words that took no audio); 0 if they open with none."""
+    silent = len(list(itertools.takewhile(_took_no_audio, reversed(before[-MAX_REPEAT_WORDS:]))))
+    for skip in range(silent + 1):
+        original = before[:len(before) - skip]
+        for n in range(min(MAX_REPEAT_WORDS, len(original), len(words)), 0, -1):
+            copy = words[:n]
+            if all(map(_took_no_audio, copy)) and [w.norm for w in copy] == [w.norm for w in original[-n:]]:
+                return n
+    return 0
+
+
+def _took_no_audio(word: TimedWord) -> bool:
+    """Aligned to an instant: the alignment found nothing said for it."""
+    return word.end - word.start < NO_AUDIO_S
 
 
 def _leaves_out_words_of(words: Sequence[TimedWord], fuller: Sequence[TimedWord]) -> bool:
