@@ -199,8 +199,7 @@ class AgreementPolicy:
         audio of their own (rule 2); 0 when there is no such repeat. Words that took no
         audio may open the repeat and go with it ("Mm. Montreal forced." written after a
         committed "Montreal forced.", all three aligned to one instant)."""
-        silent = len(list(itertools.takewhile(_took_no_audio, new[:MAX_REPEAT_WORDS])))
-        for lead in range(silent + 1):
+        for lead in range(_silent_run(new) + 1):
             repeat = self._repeat_at(new[lead:])
             if repeat:
                 return lead + repeat
@@ -276,7 +275,7 @@ def _without_silent_copies(words: List[TimedWord]) -> List[TimedWord]:
     kept: List[TimedWord] = []
     i = 0
     while i < len(words):
-        copied = _copies_words_before(words[i:], kept) if _took_no_audio(words[i]) else 0
+        copied = _copies_words_before(words[i:i + MAX_REPEAT_WORDS], kept) if _took_no_audio(words[i]) else 0
         if copied:
             i += copied
         else:
@@ -288,14 +287,18 @@ def _without_silent_copies(words: List[TimedWord]) -> List[TimedWord]:
 def _copies_words_before(words: List[TimedWord], before: List[TimedWord]) -> int:
     """Length of the silent copy that `words` open with, of the words at the end of
     `before` (less its last words that took no audio); 0 if they open with none."""
-    silent = len(list(itertools.takewhile(_took_no_audio, reversed(before[-MAX_REPEAT_WORDS:]))))
-    for skip in range(silent + 1):
-        original = before[:len(before) - skip]
-        for n in range(min(MAX_REPEAT_WORDS, len(original), len(words)), 0, -1):
+    for skip in range(_silent_run(before[:-MAX_REPEAT_WORDS - 1:-1]) + 1):
+        end = len(before) - skip  # the original ends here
+        for n in range(min(MAX_REPEAT_WORDS, end, len(words)), 0, -1):
             copy = words[:n]
-            if all(map(_took_no_audio, copy)) and [w.norm for w in copy] == [w.norm for w in original[-n:]]:
+            if all(map(_took_no_audio, copy)) and [w.norm for w in copy] == [w.norm for w in before[end - n:end]]:
                 return n
     return 0
+
+
+def _silent_run(words: Sequence[TimedWord]) -> int:
+    """How many of `words` took no audio before the first that did (at most five)."""
+    return len(list(itertools.takewhile(_took_no_audio, words[:MAX_REPEAT_WORDS])))
 
 
 def _took_no_audio(word: TimedWord) -> bool:
