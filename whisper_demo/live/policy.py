@@ -287,7 +287,7 @@ def _without_silent_copies(words: List[TimedWord]) -> List[TimedWord]:
 def _copies_words_before(words: List[TimedWord], before: List[TimedWord]) -> int:
     """Length of the silent copy that `words` open with, of the words at the end of
     `before` (less its last words that took no audio); 0 if they open with none."""
-    for skip in range(_silent_run(before[:-MAX_REPEAT_WORDS - 1:-1]) + 1):
+    for skip in range(_silent_run(list(reversed(before[-MAX_REPEAT_WORDS:]))) + 1):
         end = len(before) - skip  # the original ends here
         for n in range(min(MAX_REPEAT_WORDS, end, len(words)), 0, -1):
             copy = words[:n]
