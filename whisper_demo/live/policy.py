@@ -108,7 +108,7 @@ class Decision:
 
 @dataclass
 class AgreementPolicy:
-    cut_after_seconds: float = 15.0
+    cut_after_seconds: float = 20.0  # the session passes its own (LiveConfig says why)
     max_buffer_seconds: float = 25.0
     keep_seconds: float = 5.0  # a forced cut keeps this much of the buffer's end uncommitted
     right_context_seconds: float = 0.6  # audio the earlier decode must have heard after a word

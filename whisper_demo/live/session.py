@@ -60,7 +60,11 @@ class LiveConfig:
     min_speech_seconds: float = 0.2  # voiced audio needed before anything is decoded
     long_pause_seconds: float = 1.0  # once all is committed, a pause this long is cut
     lead_in_seconds: float = 0.3  # silence kept before the next speech after such a cut
-    cut_after_seconds: float = 15.0  # past this, cut at a committed sentence or segment end
+    # past this, cut at a committed sentence or segment end. Late, because a cut costs words
+    # (the decodes after it hear less of what came before) and a long buffer costs little
+    # (its committed words are given, not decoded): 20 s made 47 errors where 15 s made 52
+    # over the running speech of sessions_bench (docs/live-notebook.md, seventh session).
+    cut_after_seconds: float = 20.0
     max_buffer_seconds: float = 25.0  # past this, cut at the last committed word
     hard_limit_seconds: float = 29.5  # one Whisper window: older audio is dropped (counted)
     max_backlog_seconds: float = 120.0  # audio waiting for a stalled decoder
