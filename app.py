@@ -53,7 +53,29 @@ def _file_size(text: str) -> str:
     return text.lower().replace(" ", "")
 
 
+def _whole_number(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+    return parse
+
+
+def _bytes(text: str) -> int:
+    from whisper_demo.limits import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
+
+
 def parser() -> argparse.ArgumentParser:
+    from whisper_demo import limits
     from whisper_demo.audio import DEFAULT_MAX_SECONDS
     from whisper_demo.events import CACHE_MODES, PRECISIONS
     from whisper_demo.models import DEFAULT_MODEL
@@ -100,6 +122,40 @@ def parser() -> argparse.ArgumentParser:
                    help="exact: the model's own weights, tokens equal openai-whisper's. int8: the "
                         "fast mode, the vocabulary projection as an int8 matmul (CPU; static and "
                         "off modes). Default exact")
+    shared = p.add_argument_group(
+        "sharing the app",
+        "Beyond this computer (--host other than 127.x/localhost/::1, or --share) visitors "
+        "cannot record this computer's microphone and can load only the models already on "
+        "disk, unless these flags say otherwise. At 127.0.0.1 every feature is on.")
+    shared.add_argument("--allow-server-mic", action="store_true",
+                        help="let visitors of a shared page record this computer's microphone "
+                             "(off when shared; always on at 127.0.0.1)")
+    shared.add_argument("--models", default=None, metavar="NAMES",
+                        help="the models visitors may choose, comma-separated (e.g. tiny.en,base,small), "
+                             "or 'all' (downloads included). Default: any model at 127.0.0.1, "
+                             "the offline models when shared; --model is always included")
+    lim = p.add_argument_group("limits (what one visitor may take)")
+    lim.add_argument("--max-live-sessions", type=_whole_number(0), default=limits.DEFAULT_MAX_LIVE_SESSIONS,
+                     metavar="N", help=f"live sessions at once; the next visitor is told the server is "
+                                       f"busy. 0: no limit. Default {limits.DEFAULT_MAX_LIVE_SESSIONS}")
+    lim.add_argument("--live-quiet-minutes", type=_positive_float, default=limits.DEFAULT_LIVE_QUIET_MINUTES,
+                     metavar="MINUTES", help=f"close a live session that sends no audio, or only "
+                                             f"silence, for this long. Default {limits.DEFAULT_LIVE_QUIET_MINUTES:g}")
+    lim.add_argument("--max-chunk-size", type=_bytes, default=limits.DEFAULT_MAX_CHUNK_BYTES, metavar="SIZE",
+                     help="largest live audio chunk, refused before it is decoded (the browser sends "
+                          "~10 KB a chunk). Default 1mb")
+    lim.add_argument("--max-chunk-seconds", type=_positive_float, default=limits.DEFAULT_MAX_CHUNK_SECONDS,
+                     metavar="SECONDS", help=f"longest live audio chunk (the browser sends 0.1 s). "
+                                             f"Default {limits.DEFAULT_MAX_CHUNK_SECONDS:g}")
+    lim.add_argument("--decode-budget", type=_positive_float, default=limits.DEFAULT_DECODE_BUDGET,
+                     metavar="N", help=f"largest decode: audio seconds x beam size (Compare counts "
+                                       f"twice). Default {limits.DEFAULT_DECODE_BUDGET:g}")
+    lim.add_argument("--max-models", type=_whole_number(1), default=limits.DEFAULT_MAX_MODELS, metavar="N",
+                     help=f"models kept in memory; past it the least recently used is unloaded "
+                          f"(--model stays). Default {limits.DEFAULT_MAX_MODELS}")
+    lim.add_argument("--cache-minutes", type=_positive_float, default=limits.DEFAULT_CACHE_MINUTES,
+                     metavar="MINUTES", help=f"delete uploads and served files older than this. "
+                                             f"Default {limits.DEFAULT_CACHE_MINUTES:g}")
     mic = p.add_argument_group("terminal microphone (no browser)")
     mic.add_argument("--mic", action="store_true",
                      help="transcribe this computer's microphone live in the terminal instead of "
@@ -160,6 +216,37 @@ def _check_device(device):
     return device
 
 
+def _sharing(args, host: str):
+    """The sharing policy and the limits from the flags; says on stderr what a visitor of
+    a shared page can do, so the operator sees it next to the address."""
+    from whisper_demo.limits import Limits
+    from whisper_demo.sharing import sharing_policy
+
+    try:
+        policy = sharing_policy(host, args.share, args.model, allow_server_mic=args.allow_server_mic,
+                                models=args.models)
+    except ValueError as exc:
+        fail(str(exc))
+    limits = Limits(max_live_sessions=args.max_live_sessions or None,
+                    live_quiet_seconds=args.live_quiet_minutes * 60,
+                    max_chunk_bytes=args.max_chunk_size, max_chunk_seconds=args.max_chunk_seconds,
+                    decode_budget=args.decode_budget, max_models=args.max_models,
+                    cache_seconds=args.cache_minutes * 60)
+    if policy.shared:
+        models = "any model" if policy.models is None else ", ".join(policy.models)
+        mic = "on (--allow-server-mic)" if policy.server_mic else "off (--allow-server-mic turns it on)"
+        print(f"shared page: visitors may use {models}; this computer's microphone is {mic}",
+              file=sys.stderr)
+    return policy, limits
+
+
+def _warm_up(timing_warm_up) -> None:
+    from whisper_demo import kernels
+
+    kernels.library()  # logs which path decoder steps take, and why
+    timing_warm_up()
+
+
 def _log_to_stderr() -> None:
     """The app's own log (one line per decode and live session) on stderr, at INFO; the
     libraries underneath keep their defaults (uvicorn and httpx would log every request)."""
@@ -189,6 +276,7 @@ def main(argv=None) -> int:
     if not args.mic:
         host, port = listen_address(args.host, args.port)
         _check_port(host, port)  # fail before a minute of model loading, not after
+        policy, limits = _sharing(args, host)
 
     from whisper_demo.events import DecodeOptions
     from whisper_demo.models import ModelError, load_model
@@ -221,12 +309,13 @@ def main(argv=None) -> int:
     from whisper_demo.timing import warm_up
     from whisper_demo.ui import Defaults, ModelStore, build_app, launch
 
-    # The Live tab's word timing compiles once per process: do it while the page loads.
-    threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
-    store = ModelStore(device=device)
+    # The Live tab's word timing compiles once per process, and the kernels are built or
+    # loaded once (the log says which path decoder steps take): both while the page loads.
+    threading.Thread(target=_warm_up, args=(warm_up,), name="warm-up", daemon=True).start()
+    store = ModelStore(device=device, policy=policy, max_models=limits.max_models)
     store.put(args.model, model)
     defaults = Defaults(model=args.model, device=device, max_audio_seconds=args.max_audio_seconds,
-                        options=options)
+                        options=options, policy=policy, limits=limits)
     app = build_app(store, defaults)
     try:
         launch(app, host=host, port=port, share=args.share, max_file_size=args.max_file_size)

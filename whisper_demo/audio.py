@@ -121,6 +121,35 @@ def load_audio_chunk(sample_rate: int, array: np.ndarray) -> np.ndarray:
     return _convert(sample_rate, array, None, what="the microphone chunk")
 
 
+def read_chunk_file(path, max_bytes: int, max_seconds: float) -> tuple[int, np.ndarray]:
+    """One streamed microphone chunk from its uploaded file: (sample rate, samples as
+    stored), like Gradio's own reader, but bounded: a file over `max_bytes` is refused by
+    its size and one over `max_seconds` by its header, before anything is decoded (a
+    compressed chunk of a few MB could expand to hours of audio). An empty file gives an
+    empty chunk (browsers send them at start and stop). Raises AudioError."""
+    path = Path(path)
+    name = "the live audio chunk"
+    size = path.stat().st_size
+    if size == 0:
+        return SAMPLE_RATE, np.zeros(0, dtype=np.float32)
+    if size > max_bytes:
+        raise AudioError(
+            f"{name} is {size / 1e6:.1f} MB; this server takes chunks up to "
+            f"{max_bytes / 1e6:.1f} MB (--max-chunk-size). The browser microphone sends "
+            f"about 0.01 MB a chunk.")
+    try:
+        info = sf.info(str(path))
+    except sf.SoundFileError as err:  # not a format libsndfile reads: ffmpeg, cut at the limit
+        samples = _load_with_ffmpeg(path, max_seconds, name, _last_line(str(err)),
+                                    flag="--max-chunk-seconds")
+        return SAMPLE_RATE, samples
+    rate = _check_sample_rate(info.samplerate, name)
+    _check_length(info.frames / rate, max_seconds, name, "--max-chunk-seconds")
+    dtype = "int16" if info.subtype in ("PCM_16", "PCM_S8", "PCM_U8") else "float32"
+    data, _ = sf.read(str(path), dtype=dtype)
+    return rate, data
+
+
 def describe(audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> str:
     """Short human summary for UI messages, e.g. ``"12.3 s, 16 kHz mono"``."""
     audio = np.asarray(audio)
@@ -174,7 +203,8 @@ def _load_with_soundfile(path: Path, max_seconds: float | None, name: str) -> np
     return _convert(sample_rate, data, max_seconds, what=name)
 
 
-def _load_with_ffmpeg(path: Path, max_seconds: float | None, name: str, soundfile_error: str) -> np.ndarray:
+def _load_with_ffmpeg(path: Path, max_seconds: float | None, name: str, soundfile_error: str,
+                      flag: str = "--max-audio-seconds") -> np.ndarray:
     command = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-i", str(path)]
     if max_seconds is not None:
         # Stop decoding just past the limit; enough to know it is too long.
@@ -190,7 +220,7 @@ def _load_with_ffmpeg(path: Path, max_seconds: float | None, name: str, soundfil
         raise AudioError(f"{name} contains no audio samples")
     if max_seconds is not None and audio.size / SAMPLE_RATE > max_seconds:
         # We stopped early, so ask ffprobe for the real length for the message.
-        _check_length(_probe_duration(path) or audio.size / SAMPLE_RATE, max_seconds, name)
+        _check_length(_probe_duration(path) or audio.size / SAMPLE_RATE, max_seconds, name, flag)
     return _convert(SAMPLE_RATE, audio, max_seconds, what=name)
 
 
@@ -334,10 +364,11 @@ def _check_sample_rate(sample_rate, what: str = "the audio") -> int:
     return int(rate)
 
 
-def _check_length(seconds: float, max_seconds: float | None, what: str) -> None:
+def _check_length(seconds: float, max_seconds: float | None, what: str,
+                  flag: str = "--max-audio-seconds") -> None:
     if max_seconds is not None and seconds > max_seconds:
         what = what[0].upper() + what[1:]
         raise AudioError(
             f"{what} is {seconds:.1f} s long; the limit is {max_seconds:g} s "
-            "(raise it with --max-audio-seconds)"
+            f"(raise it with {flag})"
         )

@@ -67,6 +67,16 @@ def cache_dir() -> Path:
 # Loading
 
 
+def canonical_name(name: str) -> str:
+    """The name a model is kept under: openai-whisper's aliases ("large" is "large-v3",
+    "turbo" is "large-v3-turbo": the same file) map to one name, so that asking for both
+    does not hold the same weights in memory twice. Other names are returned as given."""
+    url = whisper._MODELS.get(name)
+    if url is None:
+        return name
+    return next(alias for alias, other in whisper._MODELS.items() if other == url)
+
+
 def load_model(name_or_path: str = DEFAULT_MODEL, device: Optional[str] = None,
                progress: bool = True) -> Whisper:
     """A whisper.model.Whisper in eval mode: fp16 on CUDA, fp32 on CPU, `.name` set."""

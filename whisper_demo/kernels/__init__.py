@@ -9,15 +9,21 @@ scale per output column in a quarter (the fast mode). PyTorch's CPU matmuls take
 weights (its float16 and int8 weight-only paths measured 3-20x slower here, see the README).
 
 `available()` is False where no compiler is found or the build fails; callers then keep
-PyTorch's float32 matmul, which gives the same tokens, only slower. The library is cached
-under models.cache_dir()/kernels, keyed by the source and the CPU's flags.
+PyTorch's float32 matmul, which gives the same tokens, only slower. `describe_path()` says
+which path decoder steps take and why (logged once when the library is first asked for).
+The library is cached under models.cache_dir()/kernels, keyed by the source and the CPU's
+flags. Loading a library runs its code, so a cached file is loaded only from a folder and
+a file this user owns that no one else may write; a cached file that fails those checks
+or fails to load is built again.
 """
 
 import contextlib
 import ctypes
 import hashlib
+import logging
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -33,6 +39,11 @@ _lib = None
 _error: Optional[str] = None
 _lock = threading.Lock()
 _FLOAT_P = ctypes.POINTER(ctypes.c_float)
+log = logging.getLogger(__name__)
+
+
+class UnsafeCache(RuntimeError):
+    """The kernels' cache folder could be written by someone else: nothing is loaded from it."""
 
 
 def _cpu_flags() -> str:
@@ -45,6 +56,50 @@ def _cpu_flags() -> str:
     return ""
 
 
+def _safe_to_load(path: Path) -> Optional[str]:
+    """Why `path` (a file or folder) must not be trusted with code, or None: it must belong
+    to this user and be writable by no one else."""
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symbolic link"
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        return f"{path} belongs to another user (uid {info.st_uid})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by other users (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def _compile(compiler: str, folder: Path, library: Path) -> None:
+    with tempfile.TemporaryDirectory(dir=folder) as scratch:
+        built = Path(scratch) / library.name
+        # C++20 for std::atomic wait/notify (team.cpp: a helper sleeps on a futex);
+        # -fopenmp links libgomp.so.1, the soname torch loads: step_threads sets its count
+        subprocess.run([compiler, "-O3", "-march=native", "-std=c++20", "-pthread", "-fopenmp",
+                        "-shared", "-fPIC", "-o", str(built), *map(str, SOURCES)],
+                       check=True, capture_output=True, timeout=300)
+        os.chmod(built, 0o755)
+        os.replace(built, library)  # atomic: a concurrent build never sees half a file
+
+
+def _load_cached(compiler: str, folder: Path, library: Path) -> ctypes.CDLL:
+    """The cached library, built when missing, and built again when it fails the
+    ownership checks or fails to load (a damaged or foreign file)."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    problem = _safe_to_load(folder)
+    if problem:
+        raise UnsafeCache(f"not loading kernels from {folder}: {problem}")
+    if library.exists():
+        problem = _safe_to_load(library)
+        if problem is None:
+            try:
+                return ctypes.CDLL(str(library))
+            except OSError as error:
+                problem = f"it does not load ({error})"
+        log.warning("kernels: cached %s is unusable (%s); building it again", library.name, problem)
+    _compile(compiler, folder, library)
+    return ctypes.CDLL(str(library))
+
+
 def _build() -> ctypes.CDLL:
     from ..models import cache_dir
 
@@ -55,17 +110,7 @@ def _build() -> ctypes.CDLL:
     key = hashlib.sha256(source + _cpu_flags().encode() + compiler.encode()).hexdigest()[:16]
     folder = cache_dir() / "kernels"
     library = folder / f"matmul-{key}.so"
-    if not library.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=folder) as scratch:
-            built = Path(scratch) / library.name
-            # C++20 for std::atomic wait/notify (team.cpp: a helper sleeps on a futex);
-            # -fopenmp links libgomp.so.1, the soname torch loads: step_threads sets its count
-            subprocess.run([compiler, "-O3", "-march=native", "-std=c++20", "-pthread", "-fopenmp",
-                            "-shared", "-fPIC", "-o", str(built), *map(str, SOURCES)],
-                           check=True, capture_output=True, timeout=300)
-            os.replace(built, library)  # atomic: a concurrent build never sees half a file
-    lib = ctypes.CDLL(str(library))
+    lib = _load_cached(compiler, folder, library)
     for name, weight in (("matmul_f16", ctypes.c_void_p), ("matmul_i8", ctypes.c_void_p)):
         fn = getattr(lib, name)
         fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, weight, ctypes.c_long,
@@ -95,8 +140,29 @@ def library() -> Optional[ctypes.CDLL]:
                 try:
                     _lib = _build()
                 except Exception as error:  # no compiler, a failed build: PyTorch's matmul instead
-                    _error = f"{type(error).__name__}: {error}"
+                    _error = f"{type(error).__name__}: {_first_line(error)}"
+            log.info("kernels: %s", _describe())
         return _lib
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error)
+    if isinstance(error, subprocess.CalledProcessError) and error.stderr:
+        text = error.stderr.decode(errors="replace") if isinstance(error.stderr, bytes) else error.stderr
+    return (text.strip().splitlines() or [""])[0][:300]
+
+
+def _describe() -> str:
+    if _lib is not None:
+        return ("compiled kernels loaded: decoder steps use packed float16/int8 matmuls and "
+                "attention kernels")
+    return f"not available ({_error}): decoder steps use PyTorch's float32 matmul (same tokens, slower)"
+
+
+def describe_path() -> str:
+    """Which path decoder steps take, and why (for the log and the page's panel)."""
+    library()
+    return _describe()
 
 
 def available() -> bool:
@@ -223,6 +289,12 @@ class PackedLinear:
 
     def __call__(self, x: Tensor) -> Tensor:
         n_in = self.n_in
+        # the kernel reads rows x n_in floats from x and writes rows x n_out into out: a
+        # wrong width would read and write past them (heap corruption, not an exception)
+        if x.dim() == 0 or x.shape[-1] != n_in:
+            raise ValueError(f"PackedLinear takes [..., {n_in}] inputs, not {list(x.shape)}")
+        if x.device.type != "cpu":
+            raise ValueError(f"PackedLinear runs on the CPU, not on {x.device}")
         if x.dtype != torch.float32 or not x.is_contiguous():
             x = x.float().contiguous()
         rows = x.numel() // n_in
@@ -256,8 +328,13 @@ def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     heads, rows, head_dim] float32, k from cross_key_layout, v [1, heads, length, head_dim]
     contiguous, float32 or float16 (k and v alike). Returns [1, heads, rows, head_dim]."""
     lib = library()
+    if not (q.dim() == k.dim() == v.dim() == 4 and can_attend(q, k, v)):
+        raise ValueError(f"attend cannot take q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)}")
     _, heads, rows, dim = q.shape
     length = k.shape[2]
+    if (k.shape[0], k.shape[1], k.shape[3]) != (1, heads, dim) or v.shape != k.shape or q.dtype != torch.float32:
+        raise ValueError(f"attend: q {list(q.shape)} {q.dtype} does not match k {list(k.shape)}, "
+                         f"v {list(v.shape)}")
     qr = q[0].transpose(0, 1).contiguous()  # [rows, heads, dim]
     out = torch.empty(rows, heads, dim, dtype=torch.float32)
     fn = lib.attend_f16 if k.dtype == torch.float16 else lib.attend_f32
@@ -277,7 +354,13 @@ def self_attend(q: Tensor, k_cache: Tensor, v_cache: Tensor, length: int) -> Ten
     """scaled_dot_product_attention(q, k_cache[:, :, :length], v_cache[:, :, :length]) for a
     decoder step: q [beams, heads, 1, head_dim], each beam reading its own cache ([beams,
     heads, n_ctx, head_dim] buffers). Returns [beams, heads, 1, head_dim]."""
+    if not (q.dim() == k_cache.dim() == v_cache.dim() == 4 and can_self_attend(q, k_cache, v_cache)):
+        raise ValueError(f"self_attend cannot take q {list(q.shape)}, caches {list(k_cache.shape)}")
     beams, heads, _, dim = q.shape
+    if (k_cache.shape[:2] != (beams, heads) or k_cache.shape[3] != dim or v_cache.shape != k_cache.shape
+            or not 0 < length <= k_cache.shape[2]):
+        raise ValueError(f"self_attend: q {list(q.shape)}, caches {list(k_cache.shape)} and "
+                         f"{list(v_cache.shape)}, length {length} do not fit together")
     q = q.contiguous()
     out = torch.empty_like(q)
     read = 2 * beams * heads * length * dim * 4

@@ -1,8 +1,14 @@
-"""Live sessions by key (one per browser tab), and the closing of idle ones.
+"""Live sessions by key (one per browser tab), how many may run, and the closing of idle ones.
 
 A session holds a decode thread and up to a window of audio: a tab that goes away
-without saying so must not keep them. The registry closes any session with no audio for
-`idle_timeout_s`, from a reaper thread that it starts on first use.
+without saying so must not keep them. The registry closes any session with no audio, or
+with only silence, for `idle_timeout_s`, from a reaper thread that it starts on first use.
+
+A session that still runs its decoder counts against `max_running`; past it a new one is
+refused (SessionLimitReached), so that however many session keys clients make up, the
+server decodes for at most that many at once. A closed session stays in the registry
+(its text still shown to its tab, no thread, no audio) until it has been idle for
+`idle_timeout_s` more, or its tab goes.
 """
 
 from __future__ import annotations
@@ -22,12 +28,32 @@ class Closable(Protocol):
     def idle_seconds(self) -> float: ...
 
 
+class SessionLimitReached(RuntimeError):
+    """max_running sessions already run; the message is for the visitor."""
+
+
+def _running(entry) -> bool:
+    """Whether an entry holds a decoder (entries without the notion always do)."""
+    running = getattr(entry, "running", None)
+    return bool(running()) if callable(running) else True
+
+
+def _quiet_seconds(entry) -> float:
+    """Seconds with no audio, or with audio but no voice in it, whichever is longer."""
+    silent = getattr(entry, "silent_seconds", None)
+    idle = entry.idle_seconds()
+    return max(idle, silent()) if callable(silent) else idle
+
+
 Entry = TypeVar("Entry", bound=Closable)
 
 
 class SessionRegistry(Generic[Entry]):
-    def __init__(self, idle_timeout_s: float = IDLE_TIMEOUT_S, reap_every_s: Optional[float] = None):
+    def __init__(self, idle_timeout_s: float = IDLE_TIMEOUT_S, reap_every_s: Optional[float] = None,
+                 max_running: Optional[int] = None, full_message: str = "too many live sessions"):
         self.idle_timeout_s = idle_timeout_s
+        self.max_running = max_running
+        self.full_message = full_message
         self.reap_every_s = reap_every_s or min(30.0, idle_timeout_s / 4)
         self._entries: Dict[str, Entry] = {}
         self._lock = threading.Lock()
@@ -41,12 +67,17 @@ class SessionRegistry(Generic[Entry]):
     def get_or_create(self, key: str, make: Callable[[], Entry],
                       reuse: Callable[[Entry], bool] = lambda entry: True) -> Entry:
         """The session under `key` if `reuse` accepts it, else a new one from `make` (the
-        old one closed). Atomic: concurrent chunks of one stream find the same session."""
+        old one closed). Atomic: concurrent chunks of one stream find the same session.
+        Raises SessionLimitReached when a new one would be one too many."""
         self._start_reaper()
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and reuse(entry):
                 return entry
+            if self.max_running is not None:
+                others = sum(1 for k, e in self._entries.items() if k != key and _running(e))
+                if others >= self.max_running:
+                    raise SessionLimitReached(self.full_message)
             new = make()
             self._entries[key] = new
         if entry is not None:
@@ -64,12 +95,26 @@ class SessionRegistry(Generic[Entry]):
         with self._lock:
             return len(self._entries)
 
-    def reap_idle(self) -> int:
-        """Close the sessions with no audio for idle_timeout_s; how many were closed."""
+    def running(self) -> int:
+        """How many sessions hold a decoder now."""
         with self._lock:
-            idle: List[str] = [k for k, e in self._entries.items()
-                               if e.idle_seconds() > self.idle_timeout_s]
-            closing = [self._entries.pop(k) for k in idle]
+            return sum(1 for e in self._entries.values() if _running(e))
+
+    def reap_idle(self) -> int:
+        """Close the running sessions with no audio, or only silence, for idle_timeout_s,
+        and forget closed ones idle for twice that; how many were closed or forgotten.
+        A session that can say whether it runs (`running()`) stays, closed, for its tab to
+        show; one that cannot is forgotten as it is closed."""
+        limit = self.idle_timeout_s
+        closing: List[Entry] = []
+        with self._lock:
+            for key, entry in list(self._entries.items()):
+                if _running(entry) and _quiet_seconds(entry) > limit:
+                    closing.append(entry)
+                    if not callable(getattr(entry, "running", None)):
+                        del self._entries[key]
+                elif not _running(entry) and entry.idle_seconds() > 2 * limit:
+                    closing.append(self._entries.pop(key))  # closing twice is harmless
         for entry in closing:
             _close(entry)
         return len(closing)

@@ -184,6 +184,13 @@ class LiveSession:
     def idle_seconds(self) -> float:
         return self.clock() - self.last_activity
 
+    def silent_seconds(self) -> float:
+        """Audio the voice detector has scored since the last voice in it (all it scored,
+        if it never heard any). Only scored audio counts: a decoder that is behind does not
+        make a speaker look silent. Any thread (it reads two counters)."""
+        vad = self.vad
+        return (vad.scored_until - max(vad.last_voice_end, 0)) / SAMPLE_RATE
+
     @property
     def lost_seconds(self) -> float:
         """Audio that should have arrived and did not: the wall time since the first chunk

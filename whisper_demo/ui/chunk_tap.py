@@ -13,19 +13,24 @@ and the handler then feeds all of them, in order.
 Two parts: install_chunk_tap() makes Gradio's Event hand every body to the object whose
 stream handler is marked @receives_every_chunk (the Live tab); a ChunkInbox holds the
 bodies per browser session, in recording order (chunk_order.py), until they are fed.
+
+A chunk is read with a limit (audio.read_chunk_file: refused by its size and its header
+before it is decoded), and its uploaded file is deleted once fed: a recording is ten
+files a second, which Gradio would otherwise keep until the server stops.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
+import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
-import gradio as gr
-
-from ..audio import AudioError
+from ..audio import AudioError, read_chunk_file
+from ..limits import Limits
 from .chunk_order import ChunkSequencer, chunk_number
 
 log = logging.getLogger(__name__)
@@ -95,14 +100,32 @@ def _chunk_path(payload) -> Optional[str]:
     return str(resolved)
 
 
+# A fed chunk's file is deleted this long after it was fed, not at once: Gradio names an
+# upload's folder by its content, so a second chunk with the same bytes (digital silence)
+# lands on the same path, and deleting at once could take that one before it is read.
+DELETE_FED_AFTER_S = 30.0
+
+
+def _delete_upload(path: str) -> None:
+    """Remove an uploaded chunk and its folder (Gradio makes one per upload) if now empty."""
+    try:
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+    except OSError:  # gone already, or the folder still holds another file
+        pass
+
+
 class ChunkInbox:
     """Tapped chunks by browser session, in recording order, until they are fed."""
 
-    def __init__(self):
+    def __init__(self, limits: Optional[Limits] = None):
+        self.limits = limits or Limits()
         # every streamed chunk, by browser session, until the handler feeds it (see
         # tapped), in recording order: the page numbers its chunks, a sequencer per page reorders
         self._inbox: dict = collections.defaultdict(collections.deque)
         self._order: dict = {}  # browser session -> ChunkSequencer
+        self._refused: dict = collections.defaultdict(list)  # browser session -> messages
+        self._fed: collections.deque = collections.deque()  # (fed at, browser session, path)
         self._inbox_lock = threading.Lock()
         self._feed_lock = threading.Lock()  # one feeder at a time: chunks stay in order
 
@@ -126,10 +149,30 @@ class ChunkInbox:
             self._inbox.pop(key, None)
 
     def forget(self, key: str) -> None:
-        """The page is gone: its chunks and its sequencer."""
+        """The page is gone: its chunks, its sequencer and its chunks' files."""
         with self._inbox_lock:
             self._inbox.pop(key, None)
             self._order.pop(key, None)
+            self._refused.pop(key, None)
+        self.remove_fed(key)
+
+    def refusals(self, key: str) -> List[str]:
+        """Why chunks of this session were refused since the last call (for its page)."""
+        with self._inbox_lock:
+            return self._refused.pop(key, [])
+
+    def remove_fed(self, key: Optional[str] = None) -> int:
+        """Delete the files of fed chunks: all of `key`'s (its recording ended), and any
+        session's fed over DELETE_FED_AFTER_S ago. How many were deleted."""
+        cutoff = time.monotonic() - DELETE_FED_AFTER_S
+        with self._inbox_lock:
+            kept, doomed = collections.deque(), []
+            for entry in self._fed:
+                (doomed if entry[1] == key or entry[0] < cutoff else kept).append(entry)
+            self._fed = kept
+        for _, _, path in doomed:
+            _delete_upload(path)
+        return len(doomed)
 
     def _release_held(self, key: str, flush: bool = False) -> None:
         """Move the chunks the sequencer no longer needs to hold into the inbox."""
@@ -162,18 +205,24 @@ class ChunkInbox:
                 box = self._inbox.get(key)
                 if not box:
                     self._inbox.pop(key, None)
-                    return fed
+                    break
                 payload = box.popleft()
             path = _chunk_path(payload)
             if path is None:
                 continue
             try:
-                from gradio import processing_utils
-
-                sample_rate, data = processing_utils.audio_from_file(path)
+                sample_rate, data = read_chunk_file(path, self.limits.max_chunk_bytes,
+                                                    self.limits.max_chunk_seconds)
                 feed(sample_rate, data)
                 fed += 1
             except AudioError as exc:
-                gr.Warning(str(exc))
+                log.warning("live chunk refused: %s", exc)
+                with self._inbox_lock:
+                    if len(self._refused[key]) < 3:  # the page needs to hear it, not a flood
+                        self._refused[key].append(str(exc))
             except Exception:
                 log.exception("a live chunk could not be read: %s", path)
+            with self._inbox_lock:
+                self._fed.append((time.monotonic(), key, path))
+        self.remove_fed()
+        return fed

@@ -1,0 +1,32 @@
+"""Files the app writes for one browser session, and their removal when the session ends.
+
+The attention view's downloads (PNG maps, JSON) are written to one folder per browser
+session; Gradio serves its own copies of them (its cache, cleaned by `delete_cache`, see
+ui/__init__.py). The folder itself is ours: it goes when the tab closes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import gradio as gr
+
+ATTENTION_ROOT = "whisper-kv-attention"
+
+
+def attention_folder(session_hash: Optional[str]) -> Optional[Path]:
+    """The session's folder for attention downloads; None for no session or a hash that is
+    not a plain name (the client picks it: it must never reach outside the root)."""
+    if not session_hash or not session_hash.isalnum():
+        return None
+    return Path(tempfile.gettempdir()) / ATTENTION_ROOT / session_hash
+
+
+def remove_session_files(request: gr.Request) -> None:
+    """Gradio's unload event: the tab is gone, and so are the files written for it."""
+    folder = attention_folder(getattr(request, "session_hash", None))
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
