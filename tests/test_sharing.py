@@ -1,0 +1,575 @@
+"""Safe to share: what a visitor can and cannot make the server do.
+
+Each test plays a visitor over real HTTP (gradio_client for the named API, PageClient for
+the events the page wires without a name, as the browser calls them) against a page served
+in this process, so the test can see what reached the server's insides (a microphone
+started, a model loaded, a chunk decoded, a decode begun). What the policy decides from
+where the app listens is tested without listening anywhere but 127.0.0.1.
+"""
+
+import argparse
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from page_client import PageClient
+from whisper_demo.audio import SAMPLE_RATE, load_audio
+from whisper_demo.examples import clip_path
+from whisper_demo.limits import Limits
+from whisper_demo.sharing import SharingPolicy, is_loopback, sharing_policy
+from whisper_demo.ui import Defaults, ModelStore, build_app, launch
+
+JFK = clip_path("jfk.wav")
+SHORT = clip_path("short_3s.wav")
+SHARED = SharingPolicy(shared=True, server_mic=False, models=("tiny.en",))
+
+
+class PageServer:
+    """build_app + launch on 127.0.0.1, with the policy and limits of a shared server."""
+
+    def __init__(self, model, policy=SHARED, limits=Limits(), loader=None):
+        from app_server import free_port
+
+        self.loads = []
+
+        def counting_loader(name, device=None, progress=True):
+            self.loads.append(name)
+            if loader is None:
+                raise RuntimeError(f"this test loads no model ({name})")
+            return loader(name)
+
+        self.store = ModelStore(device="cpu", loader=counting_loader, policy=policy,
+                                max_models=limits.max_models)
+        self.store.put("tiny.en", model)
+        self.app = build_app(self.store, Defaults(model="tiny.en", policy=policy, limits=limits))
+        self.url = launch(self.app, port=free_port(), block=False)
+
+    def handler_object(self, elem_id: str, trigger: str):
+        """The object whose method handles an event (the Live tab, the Transcribe tab)."""
+        page = PageClient(self.url)
+        try:
+            index = page.dependency(elem_id, trigger)["id"]
+        finally:
+            page.close()
+        return self.app.fns[index].fn.__self__
+
+    def close(self):
+        self.app.close()
+
+
+@pytest.fixture
+def serve(tiny_model):
+    servers = []
+
+    def start(**kwargs):
+        servers.append(PageServer(tiny_model, **kwargs))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def write_chunks(samples: np.ndarray, folder: Path, seconds: float = 0.1, rate: int = SAMPLE_RATE):
+    """The recorder's chunks: 0.1 s WAV files, numbered as the page numbers them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    step = int(seconds * rate)
+    paths = []
+    for i, start in enumerate(range(0, len(samples), step)):
+        path = folder / f"audio.seq{i:08d}.wav"
+        sf.write(path, (samples[start:start + step] * 32767).astype(np.int16), rate, subtype="PCM_16")
+        paths.append(path)
+    return paths
+
+
+def stream(page: PageClient, chunks) -> str:
+    """Record: the first chunk joins the stream event, the rest follow it. The event id."""
+    event = page.start_stream("live-mic", "stream", chunks[0], chunks[0].name)
+    assert page.wait(event, lambda log: log.streaming() or log.done.is_set(), 60)
+    for chunk in chunks[1:]:
+        if page.events[event].done.is_set():
+            break
+        page.send_chunk(event, "live-mic", "stream", chunk, chunk.name)
+    return event
+
+
+# --------------------------------------------------------------------------------------
+# Where the app listens decides what a visitor may do
+
+
+def test_beyond_loopback_the_server_mic_is_off_and_only_offline_models_are_offered():
+    assert is_loopback("127.0.0.1") and is_loopback("127.0.1.1") and is_loopback("localhost")
+    assert is_loopback("::1") and is_loopback("[::1]")
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "", "192.168.1.20", "myhost.example"))
+
+    offline = ("tiny.en", "base")
+    at_home = sharing_policy("127.0.0.1", share=False, startup_model="tiny.en", offline=offline)
+    assert (at_home.shared, at_home.server_mic, at_home.models) == (False, True, None)
+    for host, share in (("0.0.0.0", False), ("127.0.0.1", True), ("::", False)):
+        shared = sharing_policy(host, share=share, startup_model="tiny.en", offline=offline)
+        assert (shared.shared, shared.server_mic, shared.models) == (True, False, offline)
+        assert not shared.allows("large-v3") and shared.allows("base")
+        assert "--models" in shared.refusal("large-v3")
+    opted_in = sharing_policy("0.0.0.0", share=False, startup_model="small", allow_server_mic=True,
+                              models="tiny.en, medium", offline=offline)
+    assert opted_in.server_mic and opted_in.models == ("small", "tiny.en", "medium")
+    assert sharing_policy("0.0.0.0", False, "tiny.en", models="all", offline=offline).models is None
+
+
+def test_the_flags_reach_the_policy_and_the_limits():
+    import app as app_cli
+
+    args = app_cli.parser().parse_args(
+        ["--host", "0.0.0.0", "--models", "tiny.en,base", "--max-live-sessions", "5",
+         "--live-quiet-minutes", "0.5", "--max-chunk-size", "64kb", "--max-chunk-seconds", "2",
+         "--decode-budget", "300", "--max-models", "3", "--cache-minutes", "10"])
+    policy, limits = app_cli._sharing(args, args.host)
+    assert policy.shared and not policy.server_mic and policy.models == ("tiny.en", "base")
+    assert limits == Limits(max_live_sessions=5, live_quiet_seconds=30, max_chunk_bytes=64 << 10,
+                            max_chunk_seconds=2, decode_budget=300, max_models=3, cache_seconds=600)
+    args = app_cli.parser().parse_args(["--allow-server-mic", "--share"])
+    assert app_cli._sharing(args, "127.0.0.1")[0].server_mic
+    for flag in ("--allow-server-mic", "--models", "--max-live-sessions", "--live-quiet-minutes",
+                 "--max-chunk-size", "--max-chunk-seconds", "--decode-budget", "--max-models"):
+        assert flag in app_cli.parser().format_help()
+        assert flag in (Path(__file__).parents[1] / "README.md").read_text()
+    with pytest.raises(SystemExit):
+        app_cli.parser().parse_args(["--max-chunk-size", "lots"])
+    assert isinstance(app_cli._bytes("2mb"), int)
+    with pytest.raises(argparse.ArgumentTypeError):
+        app_cli._bytes("2 parsecs")
+
+
+# --------------------------------------------------------------------------------------
+# 1. The server's microphone
+
+
+def test_a_visitor_of_a_shared_page_cannot_record_the_servers_microphone(serve, monkeypatch):
+    from whisper_demo import mic
+
+    started = []
+
+    class Microphone:  # stands in for this computer's microphone: records who started it
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def start(self):
+            started.append(time.monotonic())
+            raise mic.MicUnavailable("a test microphone")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(mic, "DesktopMicSource", Microphone)
+    server = serve()
+    page = PageClient(server.url)
+    result = page.call("desktop-mic-start", "click")
+    assert started == []  # nothing on the server was opened
+    status = result.outputs[1]
+    assert "off on this shared server" in status and "--allow-server-mic" in status
+    assert any("--allow-server-mic" in w for w in result.warnings)
+    config_status = page.components[page.component_id("desktop-mic-status")]["props"]["value"]
+    assert "off on this shared server" in config_status  # said before anyone presses Start
+    page.close()
+
+
+# --------------------------------------------------------------------------------------
+# 2. Models
+
+
+def test_a_visitor_of_a_shared_page_can_load_only_the_models_it_offers(serve):
+    from gradio_client import Client, handle_file
+
+    server = serve()
+    page = PageClient(server.url)
+    assert page.choices("model_dd") == ["tiny.en"]  # offered: what the policy allows
+    page.close()
+    client = Client(server.url, verbose=False)
+    for name in ("small", "large-v3", "/etc/passwd"):
+        with pytest.raises(Exception, match="not offered|not in the list of choices|not available"):
+            client.predict(name, api_name="/load_model")
+        with pytest.raises(Exception, match="not offered|not in the list of choices|not available"):
+            client.predict(handle_file(str(SHORT)), True, "static", 1, "auto", True, name,
+                           api_name="/transcribe")
+    assert server.loads == []  # nothing was downloaded or loaded
+    text, *_ = client.predict(handle_file(str(SHORT)), True, "static", 1, "auto", True, "tiny.en",
+                              api_name="/transcribe")
+    assert "door" in text.lower()  # the offered model still serves
+
+
+def test_models_past_the_limit_are_unloaded_least_recently_used_and_aliases_load_once():
+    from whisper_demo.models import ModelError
+
+    loads = []
+
+    def loader(name, device=None, progress=True):
+        loads.append(name)
+        return f"model {name}"
+
+    store = ModelStore(loader=loader, max_models=2, policy=SharingPolicy(
+        shared=True, server_mic=False, models=("tiny.en", "base", "small", "large", "large-v3")))
+    store.put("tiny.en", "startup model")
+    store.get("base")
+    store.get("small")  # three: base, the least recently used loaded one, goes
+    assert store.loaded() == ["tiny.en", "small"] and store.get("tiny.en") == "startup model"
+    store.get("large")
+    store.get("large-v3")  # the same file as "large": one entry, one load
+    assert loads == ["base", "small", "large-v3"]
+    assert store.loaded() == ["tiny.en", "large-v3"]
+    with pytest.raises(ModelError, match="not offered on this server"):
+        store.get("medium")
+    assert loads == ["base", "small", "large-v3"]
+
+
+# --------------------------------------------------------------------------------------
+# 3. Live sessions: how many, and for how long
+
+
+@pytest.fixture
+def speech_chunks(tmp_path):
+    samples = load_audio(JFK)[: 3 * SAMPLE_RATE]
+    return lambda name, seconds=3.0: write_chunks(samples[: int(seconds * SAMPLE_RATE)], tmp_path / name)
+
+
+def test_live_sessions_past_the_limit_are_refused_with_a_clear_message(serve, speech_chunks):
+    server = serve(limits=Limits(max_live_sessions=2))
+    tab = server.handler_object("live-mic", "stream")
+    pages = [PageClient(server.url) for _ in range(3)]
+    try:
+        events = [stream(page, speech_chunks(f"visitor{i}", 0.5)) for i, page in enumerate(pages)]
+        refused = pages[2].events[events[2]]
+        assert refused.done.wait(30)
+        assert "busy" in refused.error and "--max-live-sessions" in refused.error
+        assert all(page.events[event].error is None for page, event in zip(pages[:2], events[:2]))
+        assert tab.sessions.running() == 2
+        # the first visitor leaves: the next one gets a place
+        pages[0].call("live-mic", "stop_recording")
+        later = stream(pages[2], speech_chunks("visitor2-again", 0.5))
+        assert pages[2].wait(later, lambda log: log.streaming(), 30)
+        assert pages[2].events[later].error is None and tab.sessions.running() == 2
+    finally:
+        for page in pages:
+            page.close()
+
+
+def test_a_session_that_sends_only_silence_is_closed_and_frees_its_place(serve, tmp_path):
+    server = serve(limits=Limits(max_live_sessions=1, live_quiet_seconds=1.0))
+    tab = server.handler_object("live-mic", "stream")
+    page, other = PageClient(server.url), PageClient(server.url)
+    try:
+        event = stream(page, write_chunks(np.zeros(3 * SAMPLE_RATE, np.float32), tmp_path / "silence"))
+        assert page.events[event].error is None
+        deadline = time.monotonic() + 30  # the reaper looks every quarter of the timeout
+        while tab.sessions.running() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert tab.sessions.running() == 0
+        session = tab.sessions.get(page.session_hash)
+        assert session is not None and "silence" in session.ended_note()  # kept, to say why
+        newcomer = stream(other, write_chunks(np.zeros(SAMPLE_RATE // 2, np.float32), tmp_path / "other"))
+        assert other.wait(newcomer, lambda log: log.streaming(), 30) and other.events[newcomer].error is None
+    finally:
+        page.close()
+        other.close()
+
+
+# --------------------------------------------------------------------------------------
+# 4. Chunks: too large is refused before decoding, and none is decoded on the event loop
+
+
+def test_a_large_chunk_is_refused_unread_and_no_chunk_is_decoded_on_the_event_loop(serve, tmp_path, monkeypatch):
+    from gradio import processing_utils
+
+    from whisper_demo import audio
+    from whisper_demo.ui import chunk_tap
+
+    on_loop = []
+
+    def watched(real):
+        def read(*args, **kwargs):
+            try:
+                asyncio.get_running_loop()
+                on_loop.append(threading.current_thread().name)
+            except RuntimeError:
+                pass
+            return real(*args, **kwargs)
+        return read
+
+    # whichever reader the server uses for a chunk, it says which thread read it
+    monkeypatch.setattr(processing_utils, "audio_from_file", watched(processing_utils.audio_from_file))
+    monkeypatch.setattr(chunk_tap, "read_chunk_file", watched(audio.read_chunk_file))
+    read_sizes = []
+    real_sf_read = sf.read
+    monkeypatch.setattr(sf, "read", lambda path, *a, **k: read_sizes.append(Path(path).stat().st_size)
+                        or real_sf_read(path, *a, **k))
+
+    server = serve(limits=Limits(max_chunk_bytes=200_000, max_chunk_seconds=5))
+    page = PageClient(server.url)
+    try:
+        noise = np.random.default_rng(0).uniform(-0.1, 0.1, 20 * SAMPLE_RATE).astype(np.float32)
+        big = tmp_path / "audio.seq00000001.wav"  # 20 s, 640 KB: over the size limit
+        sf.write(big, noise, SAMPLE_RATE, subtype="PCM_16")
+        long = tmp_path / "audio.seq00000002.wav"  # 10 s at 8 kHz, 160 KB: over the length limit
+        sf.write(long, noise[: 10 * 8000], 8000, subtype="PCM_16")
+        small = write_chunks(noise[:SAMPLE_RATE], tmp_path / "fine")  # 0.1 s chunks
+        event = page.start_stream("live-mic", "stream", small[0], "audio.seq00000000.wav")
+        assert page.wait(event, lambda log: log.streaming(), 60)
+        page.send_chunk(event, "live-mic", "stream", big, big.name)
+        page.send_chunk(event, "live-mic", "stream", long, long.name)
+        for i, chunk in enumerate(small[1:], start=3):
+            page.send_chunk(event, "live-mic", "stream", chunk, f"audio.seq{i:08d}.wav")
+        deadline, warnings = time.monotonic() + 30, []
+        while len(warnings) < 2 and time.monotonic() < deadline:  # the page's timer tells it
+            warnings += page.call(None, "tick").warnings
+            time.sleep(0.2)
+        warnings = " ".join(warnings)
+        assert "0.6 MB" in warnings and "--max-chunk-size" in warnings
+        assert "10.0 s long" in warnings and "--max-chunk-seconds" in warnings
+        assert page.events[event].error is None  # refused chunks; the stream goes on
+        assert max(read_sizes) < 200_000  # the refused chunks were never read
+        tab = server.handler_object("live-mic", "stream")
+        session = tab.sessions.get(page.session_hash)
+        deadline = time.monotonic() + 20
+        while session.worker.session.audio_seconds < 0.95 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert abs(session.worker.session.audio_seconds - 1.0) < 0.05  # the small ones, all fed
+        assert on_loop == []
+    finally:
+        page.close()
+
+
+# --------------------------------------------------------------------------------------
+# 5. Disk
+
+
+def test_a_recordings_chunk_files_are_deleted_and_gradios_cache_is_swept(serve, speech_chunks):
+    from whisper_demo.ui.session_files import attention_folder, remove_session_files
+
+    server = serve(limits=Limits(cache_seconds=600))
+    assert server.app.delete_cache == (300, 600)  # Gradio deletes older uploads and served files
+    page = PageClient(server.url)
+    try:
+        uploaded = []
+        real_upload = page.upload
+
+        def upload(path, name=None):
+            data = real_upload(path, name)
+            uploaded.append(Path(data["path"]))
+            return data
+
+        page.upload = upload
+        stream(page, speech_chunks("recording", 1.0))
+        assert len(uploaded) == 10 and all(p.exists() or True for p in uploaded)
+        page.call("live-mic", "stop_recording")
+        assert [p for p in uploaded if p.exists()] == []
+        assert [p.parent for p in uploaded if p.parent.exists()] == []
+    finally:
+        page.close()
+
+    class Request:
+        session_hash = "abc123"
+
+    folder = attention_folder(Request.session_hash)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "map.png").write_bytes(b"png")
+    remove_session_files(Request())
+    assert not folder.exists()
+    assert attention_folder("../../etc") is None
+    unloads = [f.fn.__name__ for f in server.app.fns.values() if f.targets and f.targets[0][1] == "unload"]
+    assert "remove_session_files" in unloads  # the tab closing removes its folder
+
+
+# --------------------------------------------------------------------------------------
+# 6. A decode's size
+
+
+def test_a_decode_over_the_budget_is_refused_before_it_takes_a_slot(serve, tmp_path, monkeypatch):
+    from gradio_client import Client, handle_file
+
+    import whisper_demo.ui.transcribe_tab as tab
+
+    started = []
+    real = tab.stream_transcribe
+    monkeypatch.setattr(tab, "stream_transcribe", lambda *a, **k: started.append(1) or real(*a, **k))
+    server = serve(limits=Limits(decode_budget=60))
+    minute = tmp_path / "minute.wav"
+    sf.write(minute, np.tile(load_audio(JFK), 6)[: 61 * SAMPLE_RATE], SAMPLE_RATE)
+    client = Client(server.url, verbose=False)
+    began = time.monotonic()
+    with pytest.raises(Exception, match="budget is 60") as refused:
+        client.predict(handle_file(str(minute)), False, "static", 5, "auto", True, "tiny.en",
+                       api_name="/compare")
+    assert "--decode-budget" in str(refused.value) and "up to 6 s fits" in str(refused.value)
+    with pytest.raises(Exception, match="budget is 60"):
+        client.predict(handle_file(str(minute)), True, "static", 1, "auto", True, "tiny.en",
+                       api_name="/transcribe")
+    assert time.monotonic() - began < 30 and started == []
+    text, *_ = client.predict(handle_file(str(SHORT)), True, "static", 5, "auto", True, "tiny.en",
+                              api_name="/transcribe")  # 3 s x beam 5: within it
+    assert "door" in text.lower() and started == [1]
+
+
+# --------------------------------------------------------------------------------------
+# 7. A live session that fails keeps its text
+
+
+def test_a_failed_live_session_keeps_its_text_says_why_and_the_next_record_starts_clean(
+        tiny_model, monkeypatch):
+    from whisper_demo.live import LiveUpdate
+    from whisper_demo.ui import live_tab
+
+    class FailingSession:
+        """Commits two words, then its decoder fails."""
+
+        audio_seconds = 0.0
+
+        def __init__(self, decoder):
+            self.received = threading.Event()
+
+        def add_audio(self, rate, chunk):
+            self.received.set()
+
+        def ready(self):
+            return self.received.is_set()
+
+        def updates(self):
+            self.received.clear()
+            yield LiveUpdate(committed="hello world", tentative="", new_committed="hello world",
+                             decoded=True, first_token_ms=None, commit_latencies_s=(), stats=None)
+            raise RuntimeError("the decoder broke")
+
+        def idle_seconds(self):
+            return 0.0
+
+        def silent_seconds(self):
+            return 0.0
+
+        def set_decoder(self, decoder):
+            pass
+
+    monkeypatch.setattr(live_tab, "LiveSession", FailingSession)
+    warnings = []
+    monkeypatch.setattr(live_tab.gr, "Warning", lambda message, *a, **k: warnings.append(message))
+    store = ModelStore(device="cpu")
+    store.put("tiny.en", tiny_model)
+    tab = live_tab.LiveTab(store, Defaults(model="tiny.en"))
+
+    class Request:
+        session_hash = "tab1"
+
+    chunk = (16000, np.zeros(1600, np.int16))
+    tab.chunk(chunk, True, "static", request=Request())
+    session = tab.session(Request())
+    assert session.worker.done.wait(10) and session.worker.view().error is not None
+    transcript, _, panel_html, _ = tab.tick(Request())
+    assert "hello world" in transcript and "the decoder broke" in panel_html
+    assert any("the decoder broke" in w for w in warnings)
+    for _ in range(3):  # more chunks arrive: the failed session and its text stay
+        tab.chunk(chunk, True, "static", request=Request())
+    assert tab.session(Request()) is session
+    session.rendered_version, session.sent_html = -1, [None] * 4  # a page that redraws it all
+    transcript, *_ = tab.tick(Request())
+    assert "hello world" in transcript
+    assert len([w for w in warnings if "the decoder broke" in w]) == 1  # said once
+    timer, transcript, *_ = tab.start(True, "static", request=Request())  # Record again
+    assert tab.session(Request()) is not session and "hello world" not in transcript
+
+
+# --------------------------------------------------------------------------------------
+# 8. Kernels
+
+
+@pytest.fixture
+def kernel_cache(tmp_path, monkeypatch):
+    """A fresh kernels cache folder, and a build that copies the library this machine already
+    built instead of compiling for 15 s (counted): `library()` starts over in it."""
+    from whisper_demo import kernels
+
+    built = Path(kernels.library()._name)  # this process's library, from the usual cache
+    monkeypatch.setenv("WHISPER_KV_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(kernels, "_lib", None)
+    monkeypatch.setattr(kernels, "_error", None)
+    compiled = []
+
+    def compile_by_copy(compiler, folder, library):
+        compiled.append(library.name)
+        copy = folder / "fresh.so"
+        copy.write_bytes(built.read_bytes())
+        copy.chmod(0o755)
+        copy.replace(library)
+
+    monkeypatch.setattr(kernels, "_compile", compile_by_copy)
+    folder = tmp_path / "kernels"
+    folder.mkdir(mode=0o700)
+    return kernels, folder / built.name, compiled
+
+
+def test_a_damaged_cached_kernel_library_is_built_again(kernel_cache, caplog):
+    kernels, library, compiled = kernel_cache
+    library.write_bytes(b"not a shared library")
+    library.chmod(0o755)
+    with caplog.at_level("INFO", logger="whisper_demo.kernels"):
+        assert kernels.available()
+    assert compiled == [library.name] and library.read_bytes()[:4] == b"\x7fELF"
+    assert "compiled kernels loaded" in kernels.describe_path()
+    assert "building it again" in caplog.text and "kernels: compiled kernels loaded" in caplog.text
+
+
+def test_a_cached_kernel_library_others_could_write_is_not_loaded(kernel_cache, monkeypatch):
+    kernels, library, compiled = kernel_cache
+    library.write_bytes(b"planted by someone else")
+    library.chmod(0o666)
+    assert kernels.available()  # built again, not loaded
+    assert compiled == [library.name] and library.stat().st_mode & 0o022 == 0
+
+    monkeypatch.setattr(kernels, "_lib", None)
+    monkeypatch.setattr(kernels, "_error", None)
+    library.parent.chmod(0o777)  # a folder anyone may write to: nothing is loaded from it
+    assert not kernels.available()
+    assert "writable by other users" in kernels.describe_path()
+    assert "PyTorch's float32 matmul" in kernels.describe_path()
+    library.parent.chmod(0o700)
+
+    monkeypatch.setattr(kernels, "_lib", None)
+    monkeypatch.setattr(kernels, "_error", None)
+    monkeypatch.setattr(kernels.os, "getuid", lambda: 4242)  # the folder is someone else's
+    assert not kernels.available() and "belongs to another user" in kernels.describe_path()
+
+
+def test_the_kernels_path_is_said_and_wrong_shapes_are_refused_not_run():
+    """In a child process: before these checks, a wrong width read and wrote past the
+    buffers (glibc abort), which would take the test process down with it."""
+    import subprocess
+    import sys
+
+    script = """
+import torch
+from whisper_demo import kernels
+print(kernels.describe_path())
+w = torch.randn(8, 16).half().float()
+linear = kernels.PackedLinear(w, None, "f16")
+assert torch.allclose(linear(torch.ones(2, 16)), torch.ones(2, 16) @ w.T, atol=1e-4)
+for bad in (torch.ones(2, 12), torch.ones(64, 3), torch.tensor(1.0)):
+    try:
+        linear(bad)
+        print("RAN", list(bad.shape))
+    except ValueError as error:
+        print("refused:", error)
+q = torch.ones(2, 6, 1, 64)
+try:
+    kernels.self_attend(q, torch.zeros(2, 6, 448, 64), torch.zeros(2, 6, 448, 64), 449)
+    print("RAN self_attend")
+except ValueError as error:
+    print("refused:", error)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(("compiled kernels loaded", "not available ("))
+    assert "RAN" not in done.stdout and len([ln for ln in lines if ln.startswith("refused:")]) == 4
+    assert "[..., 16] inputs, not [2, 12]" in done.stdout
