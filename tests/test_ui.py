@@ -11,7 +11,6 @@ import time
 
 import gradio as gr
 import numpy as np
-import pandas as pd
 import pytest
 
 from whisper_demo.cache import hook_count, self_cache_bytes
@@ -48,14 +47,16 @@ def run(app, api_name, audio, cache_on=True, mode="static", beam=1, model="tiny.
     return list(handler(app, api_name)(audio, cache_on, mode, beam, "auto", True, model, previous))
 
 
-def frame(chart) -> pd.DataFrame:
-    """The chart output: a DataFrame, gr.update(value=DataFrame, colors_in_legend=...),
-    or gr.skip() (None here) before the first token."""
-    return chart.get("value") if isinstance(chart, dict) else chart
+def chart_lines(chart_html: str) -> dict:
+    """The chart output (run_chart.chart_html): series label -> its points' y coordinates."""
+    lines = re.findall(r'<polyline class="wk-series" points="([^"]*)"[^>]*><title>([^<]*?): \d+ step', chart_html)
+    return {label: [float(xy.split(",")[1]) for xy in points.split()] for points, label in lines}
 
 
 def test_transcript_streams_before_the_final(app, transcripts):
-    updates = run(app, "transcribe", JFK)
+    # without the cache: the page updates at most five times a second (Throttle), and a
+    # cached decode of these 27 tokens can be over in a fifth of a second
+    updates = run(app, "transcribe", JFK, cache_on=False)
     texts = [u[0] for u in updates]
     final = texts[-1]
     assert "ask not what your country can do for you" in final.lower()
@@ -99,10 +100,9 @@ def test_panel_numbers_match_the_events(app, tiny_model, clip):
     assert f"mean · p95 {panel.fmt_ms(float(np.percentile(latencies, 95)))}" in final
     assert panel.fmt_ms(float(np.mean(latencies))) in final
 
-    # The chart's last frame is that run, one point per token
-    chart = frame(updates[-1][2])
-    assert list(chart["series"].unique()) == ["KV cache: static"]
-    assert chart["latency_ms"].tolist() == latencies
+    # The chart's last drawing is that run, one point per token
+    lines = chart_lines(updates[-1][2])
+    assert list(lines) == ["KV cache: static"] and len(lines["KV cache: static"]) == len(latencies)
 
 
 def test_panel_from_an_event_shows_formula_beside_measured(tiny_model):
@@ -123,22 +123,21 @@ def test_compare_same_tokens_and_a_speedup(app):
     summary = updates[-1][3]
     assert "identical tokens" in summary and "differ" not in summary
     speedup = float(re.search(r"(\d+\.\d)×</div>", summary).group(1))
-    chart = frame(updates[-1][2])
-    on = chart[chart["series"] == "KV cache: static"]["latency_ms"]
-    off = chart[chart["series"] == "no KV cache"]["latency_ms"]
-    # the speedup shown is the ratio of the two runs' decoder times
-    assert abs(speedup - off.sum() / on.sum()) <= 0.051, (speedup, off.sum() / on.sum())
-    # and the cache is faster: the two runs are seconds apart on a shared 2-core machine,
-    # so each is judged by its cheapest step (what a step costs when nothing interferes).
-    # Measured 3-4x for these 27 tokens (the uncached step re-projects the audio K/V);
-    # 1.5x is far below that. test_claims interleaves the two modes step by step on 25 s.
-    print(f"\nshown {speedup}x; cheapest step off/static {off.min() / on.min():.2f}x")
-    assert off.min() / on.min() > 1.5, (off.min(), on.min())
-    assert set(chart["series"]) == {"KV cache: static", "no KV cache"}
-    counts = chart.groupby("series").size()
-    assert counts["KV cache: static"] == counts["no KV cache"]
+    # the speedup shown is the ratio of the two runs' median steps (the first apart), each
+    # shown in its column
+    on_ms, off_ms = (float(v) for v in re.findall(r'wk-value">([\d.]+) ms</div>', summary))
+    assert abs(speedup - off_ms / on_ms) <= 0.1 * speedup, (speedup, off_ms, on_ms)
+    # and the cache is faster: each median is of ~26 steps, so one busy moment on a
+    # shared 2-core machine moves it little. Measured 3-4x for these 27 tokens (the
+    # uncached step re-projects the audio K/V); 1.5x is far below that. test_claims
+    # interleaves the two modes step by step on 25 s.
+    print(f"\nshown {speedup}x; median step {off_ms} / {on_ms} ms")
+    assert speedup > 1.5
+    lines = chart_lines(updates[-1][2])
+    assert set(lines) == {"KV cache: static", "no KV cache"}
+    assert len(lines["KV cache: static"]) == len(lines["no KV cache"])
     # while comparing, the first run's curve streamed before the second started
-    streamed = [set(frame(u[2])["series"]) for u in updates[:-1] if isinstance(frame(u[2]), pd.DataFrame)]
+    streamed = [set(chart_lines(u[2])) for u in updates[:-1]]
     assert {"KV cache: static"} in streamed
 
 
@@ -270,9 +269,12 @@ def test_app_command_line(capsys, monkeypatch):
 
 def test_model_switch_handler(app):
     load = handler(app, "load_model")
-    status, language = load("tiny.en")
-    assert "tiny.en" in status and "English-only" in status
+    status, language, _, in_use, _ = load("tiny.en", "tiny.en", "")
+    assert "tiny.en" in status and "English-only" in status and in_use == "tiny.en"
     assert language["interactive"] is False  # no language choice for an English-only model
-    with pytest.raises(gr.Error) as err:
-        load("no-such-model")
-    assert "no-such-model" in str(err.value.message) and "tiny.en" in str(err.value.message)
+    # a model that cannot load: the one in use stays selected, with one readable warning
+    with pytest.warns(UserWarning) as caught:  # gr.Warning, outside a request
+        status, language, dropdown, in_use, idle_panel = load("no-such-model", "tiny.en", "")
+    shown = [str(w.message) for w in caught if "no-such-model" in str(w.message)]
+    assert dropdown["value"] == "tiny.en" and in_use == "tiny.en"
+    assert len(shown) == 1 and "available offline: tiny.en" in shown[0], shown

@@ -7,10 +7,14 @@ The catalogue models.py loads from; nothing here reads weights or builds a model
   verify_sha256 checks their bytes before anything is converted.
 - other openai-whisper names: their .pt file in OpenAI's download cache, if there.
 - list_models: every name, with whether it works offline and how to get it if not.
+- can_download: whether this machine could download the others at all.
 """
 
+import functools
 import hashlib
 import os
+import socket
+import threading
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -110,6 +114,34 @@ def _openai_cached_file(name: str) -> Optional[Path]:
         return None
     path = openai_download_root() / os.path.basename(url)
     return path if path.is_file() else None
+
+
+OFFLINE_ENV = "WHISPER_KV_OFFLINE"  # set (to anything but "" or "0"): never download
+
+
+@functools.lru_cache(maxsize=1)
+def can_download() -> bool:
+    """Whether openai-whisper's download host could be reached: False when WHISPER_KV_OFFLINE
+    is set, or when the host's name does not resolve (asked once per process, within 2 s;
+    nothing is fetched). A name that resolves can still fail to download; the caller says so
+    then."""
+    if os.environ.get(OFFLINE_ENV, "") not in ("", "0"):
+        return False
+    from urllib.parse import urlparse
+
+    host = urlparse(next(iter(whisper._MODELS.values()))).hostname
+    answer = []
+
+    def resolve():
+        try:
+            answer.append(bool(socket.getaddrinfo(host, 443)))
+        except OSError:
+            answer.append(False)
+
+    asking = threading.Thread(target=resolve, daemon=True)  # getaddrinfo has no timeout
+    asking.start()
+    asking.join(2.0)
+    return bool(answer and answer[0])
 
 
 def _locate(distribution: str, path: str) -> Path:

@@ -32,6 +32,8 @@ import gradio as gr
 from .chunk_order import NUMBERING_JS
 from .attention import ATTENTION_CSS
 from .panel import PANEL_CSS
+from ..limits import CACHE_SWEEP_S
+from .session_files import remove_session_files
 from .store import Defaults, ModelStore
 
 __all__ = ["build_app", "launch", "Defaults", "ModelStore", "APP_CSS"]
@@ -82,7 +84,10 @@ def build_app(store: ModelStore, defaults: Optional[Defaults] = None) -> gr.Bloc
     from .transcribe_tab import build_transcribe_tab
 
     defaults = defaults or Defaults()
-    with gr.Blocks(title="whisper-kv: watch the decoder's KV cache") as app:
+    # Uploads, chunks and served files older than the limit are deleted from Gradio's cache
+    # (and all of them at shutdown), so a long-running shared server does not fill its disk.
+    delete_cache = (CACHE_SWEEP_S, int(defaults.limits.cache_seconds))
+    with gr.Blocks(title="whisper-kv: watch the decoder's KV cache", delete_cache=delete_cache) as app:
         with gr.Row(elem_id="wk-header"):
             with gr.Column(scale=3):
                 gr.Markdown(
@@ -102,22 +107,27 @@ def build_app(store: ModelStore, defaults: Optional[Defaults] = None) -> gr.Bloc
             with gr.Tab("Transcribe", id="transcribe"):
                 app.transcribe_tab = build_transcribe_tab(store, defaults, model_status=model_status)
             with gr.Tab("Live", id="live"):
-                live = _live_tab(store, defaults)
+                live = _live_tab(store, defaults, app.transcribe_tab.model_dd)
         if live is not None:
+            # one model for the page: the Live tab's next session uses the header's choice,
+            # and its idle panel describes it at once
+            app.transcribe_tab.model_switch.then(live.show_model, app.transcribe_tab.model_dd, live.panel_box,
+                                                 api_name=False, show_progress="hidden")
             # A closed tab ends its live session at once (and any desktop recording with
             # it); decodes of a closed tab are closed by Gradio's queue (see transcribe_tab).
             app.unload(live.page_closed)
+        app.unload(remove_session_files)  # the tab's own folders (attention downloads)
     app.queue(default_concurrency_limit=defaults.concurrency, max_size=defaults.max_queue)
     return app
 
 
-def _live_tab(store: ModelStore, defaults: Defaults):
+def _live_tab(store: ModelStore, defaults: Defaults, model_choice=None):
     """The Live tab, or None (with a message in its place) if it cannot be built: a broken
     Live tab must not take the Transcribe tab down."""
     try:
         from .live_tab import build_live_tab
 
-        return build_live_tab(store, defaults)
+        return build_live_tab(store, defaults, model_choice=model_choice)
     except Exception as exc:
         log.exception("Live tab failed to build")
         gr.Markdown(f"### Live transcription is unavailable\n`{type(exc).__name__}: {exc}`")

@@ -20,11 +20,13 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+from whisper.tokenizer import LANGUAGES
 
 from ..attention import AttentionRecord, WindowRecord, token_labels
 from ..events import DecodeResult, TokenEvent
@@ -34,8 +36,11 @@ WAVE_COLUMNS = 600  # waveform envelope resolution
 RIBBON_STEPS = 40  # the ribbon shows the last this many reorders
 MAP_MIN_WEIGHT = 0.01  # map cells below this (of the row's peak) are left blank: fewer nodes
 PLAYER_MAX_SECONDS = 300  # the player embeds the audio in the page (32 kB/s as base64 WAV)
-SHORT = {"<|startoftranscript|>": "SOT", "<|startofprev|>": "PREV", "<|endoftext|>": "EOT",
-         "<|notimestamps|>": "NO-TS", "<|transcribe|>": "TRANSCRIBE", "<|en|>": "EN"}
+# Whisper's special tokens in plain words (the token itself is in each chip's tooltip)
+SHORT = {"<|startoftranscript|>": "start", "<|startofprev|>": "earlier text", "<|endoftext|>": "end",
+         "<|notimestamps|>": "no times", "<|transcribe|>": "transcribe", "<|translate|>": "translate"}
+TIMESTAMP = re.compile(r"<\|(\d+\.\d+)\|>")
+LANGUAGE = re.compile(r"<\|([a-z]{2,3})\|>")
 
 # How each cache mode obtains the weights it shows (the same weights, to float rounding).
 HOW = {"static": " Weights: read from the static cache.",
@@ -75,8 +80,22 @@ def _layer(choice: str, n_layers: int) -> Optional[int]:
     return int(choice) if choice and choice.isdigit() and int(choice) < n_layers else None
 
 
-def _short(label: str) -> str:
+def _short(label: str, previous: Optional[str] = None) -> str:
+    """A token as a newcomer reads it. A timestamp token after text ends a segment ("to
+    3.16 s"); any other opens one ("from 3.16 s"), so the pair Whisper writes between two
+    segments reads "to 3.16 s", "from 3.16 s" rather than the same token twice."""
+    stamp = TIMESTAMP.fullmatch(label)
+    if stamp:
+        ends = previous is not None and not previous.startswith("<|")
+        return f"{'to' if ends else 'from'} {float(stamp.group(1)):g} s"
+    language = LANGUAGE.fullmatch(label)
+    if language and language.group(1) in LANGUAGES:
+        return LANGUAGES[language.group(1)]
     return SHORT.get(label, label)
+
+
+def _previous(labels: Dict[int, str], tokens: List[int], i: int) -> Optional[str]:
+    return labels[tokens[i - 1]] if i > 0 else None
 
 
 def _blue(share: float) -> str:
@@ -130,7 +149,7 @@ class AttentionView:
         window = self.record.windows[-1] if self.record.windows else None
         parts = [
             f'<div class="wk-attn-head">Step {event.step + 1}: the decoder chose '
-            f'<b>{html.escape(repr(_short(labels[event.token_id])))}</b> after reading '
+            f'<b>{html.escape(repr(_short(labels[event.token_id], labels[att.positions[-1]] if len(att.positions) else None)))}</b> after reading '
             f'{len(att.positions)} cached positions and the audio around '
             f'{att.audio_time:.2f} s{_window_note(event)}{HOW.get(event.cache_mode, "")}</div>',
             _section("Self-attention over the cache",
@@ -151,6 +170,7 @@ class AttentionView:
         peak = max(float(main.max()), 1e-9)
         peaks = np.maximum(weights.max(axis=1), 1e-9)
         chips = []
+        positions = list(positions)
         for p, token in enumerate(positions):
             alpha = float(main[p]) / peak
             per_layer = " · ".join(f"L{i + 1} {weights[i, p]:.3f}" for i in range(len(weights)))
@@ -162,7 +182,8 @@ class AttentionView:
             color = "#fff" if alpha > 0.3 else "inherit"
             chips.append(f'<span class="wk-chip" title="{html.escape(title)}">'
                          f'<span class="wk-tok" style="background:{_blue(alpha)};color:{color}">'
-                         f'{html.escape(_short(labels[token]))}</span>{rows}</span>')
+                         f'{html.escape(_short(labels[token], _previous(labels, positions, p)))}</span>'
+                         f'{rows}</span>')
         return f'<div class="wk-chips">{"".join(chips)}</div>'
 
     def waveform_svg(self, window: Optional[WindowRecord], event: Optional[TokenEvent] = None,
@@ -201,7 +222,8 @@ class AttentionView:
         if not self.record.windows:
             return '<div class="wk-attn wk-sub">No tokens were decoded (silence?).</div>'
         parts = [f'<div class="wk-attn-head">Inside the cache, finished run: '
-                 f'{len(self.record.events)} steps in {len(self.record.windows)} window(s). {note}</div>',
+                 f'{len(self.record.events)} steps in {len(self.record.windows)} '
+                 f'window{"s" if len(self.record.windows) != 1 else ""} of 30 s. {note}</div>',
                  _section("Words on the audio", self.player_html(),
                           "play: the word being spoken is highlighted · click a word to play from it")]
         layer = _layer(self.layer, self.n_layers)
@@ -210,8 +232,10 @@ class AttentionView:
             parts.append(
                 f'<details class="wk-map" {"open" if window is self.record.windows[0] else ""}>'
                 f'<summary>Window {window.index + 1}: {window.start:.1f}–{window.end:.1f} s · '
-                f'{window.prompt_tokens} prompt + {window.prefill_tokens - window.prompt_tokens} start tokens '
-                f'prefilled, {window.generated} steps · self-attention map ({which})</summary>'
+                f'<span title="prompt and start tokens prefilled in one forward pass">'
+                f'{window.prompt_tokens} tokens of earlier text + {window.prefill_tokens - window.prompt_tokens} '
+                f'start tokens read in one pass</span>, {window.generated} steps · what each step read '
+                f'({which})</summary>'
                 f'{self.map_svg(window, layer)}'
                 f'<div class="wk-sub">Where each token looked in the audio (rows: steps; columns: '
                 f'{window.start:.1f}–{window.end:.1f} s):</div>{self.cross_img(window)}'
@@ -243,30 +267,35 @@ class AttentionView:
     def map_svg(self, window: WindowRecord, layer: Optional[int]) -> str:
         """Steps (rows, the token each chose) by positions (columns, the cached tokens)."""
         matrix = window.self_map(layer)
-        positions = window.positions()
-        labels = self.labels(list(positions) + [e.token_id for e in window.events])
+        positions = list(window.positions())
+        chosen = [e.token_id for e in window.events]
+        labels = self.labels(positions + chosen)
+        columns = [_short(labels[t], _previous(labels, positions, j)) for j, t in enumerate(positions)]
+        rows_text = [_short(labels[t], _previous(labels, chosen, i)) for i, t in enumerate(chosen)]
         n_rows, n_cols = matrix.shape
         cell = max(4, min(14, 720 // max(n_cols, 1)))
         left, top = 110, 100
-        width, height = left + n_cols * cell + 4, top + n_rows * cell + 4
+        # the column labels lean right (-60°): room for the last one's 14 characters
+        right = int(14 * 0.6 * (cell - 2) * 0.5) + 8 if cell >= 8 else 4
+        width, height = left + n_cols * cell + right, top + n_rows * cell + 4
         out = []
         for i, row in enumerate(matrix):
             peak = max(float(row.max()), 1e-9)
-            chose = _short(labels[window.events[i].token_id])
+            chose = rows_text[i]
             for j in np.nonzero(row >= MAP_MIN_WEIGHT * peak)[0]:
                 out.append(f'<rect x="{left + j * cell}" y="{top + i * cell}" width="{cell}" height="{cell}" '
                            f'fill="{_blue(row[j] / peak)}"><title>step {window.events[i].step + 1} '
-                           f'{html.escape(repr(chose))} → position {j} {html.escape(repr(_short(labels[positions[j]])))}: '
+                           f'{html.escape(repr(chose))} → position {j} {html.escape(repr(columns[j]))}: '
                            f'{row[j]:.4f}</title></rect>')
         if cell >= 8:  # room for the token texts on both axes
             font = cell - 2
-            for i, e in enumerate(window.events):
+            for i, text in enumerate(rows_text):
                 out.append(f'<text x="{left - 3}" y="{top + i * cell + cell - 2}" font-size="{font}" '
-                           f'text-anchor="end">{html.escape(_short(labels[e.token_id])[:14])}</text>')
-            for j, token in enumerate(positions):
+                           f'text-anchor="end">{html.escape(text[:14])}</text>')
+            for j, text in enumerate(columns):
                 x, y = left + j * cell + cell - 2, top - 3
                 out.append(f'<text x="{x}" y="{y}" font-size="{font}" transform="rotate(-60 {x} {y})">'
-                           f'{html.escape(_short(labels[token])[:14])}</text>')
+                           f'{html.escape(text[:14])}</text>')
         out.append('<text x="2" y="12" font-size="11" fill="#64748b">rows: the token each step chose · '
                    'columns: cached positions · hover a cell</text>')
         return (f'<div class="wk-map-scroll"><svg class="wk-map-svg" width="{width}" height="{height}" '

@@ -1,20 +1,16 @@
-"""The latency charts' series and colours, and the Transcribe tab's chart data.
+"""The latency charts' series and colours.
 
-The Transcribe tab draws `gr.LinePlot(x="token", y="latency_ms", color="series")`; the
-Live tab draws the same series as SVG (latency_svg.py). This module names the series
-(series_label: one per cache mode and beam size), builds the long-format frame from
-latencies (latency_frame), the vertical lines where a 30 s window starts (window_marks),
-and the colour map that covers every series a run can produce (chart_colors, with a
-colour of its own for tokens confirmed from a draft). MODE_COLORS is shared with the
-panel's badge, so a run's badge and its line have the same colour. Pandas only: no gradio.
+Both tabs draw their charts as SVG (run_chart.py for Transcribe, latency_svg.py for Live).
+This module names the series (series_label: one per cache mode and beam size) and holds
+the colour map that covers every series a run can produce (chart_colors, with a colour of
+its own for tokens reused from a draft). MODE_COLORS is shared with the panel's badge, so
+a run's badge and its line have the same colour. No gradio.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Sequence
+from typing import Dict
 
-import numpy as np
-import pandas as pd
 
 
 # One colour per cache mode, used by the chart and the panel's badge alike.
@@ -33,50 +29,7 @@ def series_label(mode: str, beam_size: int = 1) -> str:
     return label if beam_size == 1 else f"{label}, beam {beam_size}"
 
 
-DRAFT_SUFFIX = " · confirmed from the previous hypothesis"
-
-
-def latency_frame(latencies_by_series: Dict[str, Sequence[float]]) -> pd.DataFrame:
-    """Long-format frame for gr.LinePlot(x="token", y="latency_ms", color="series"):
-    latencies in ms per series."""
-    frames = []
-    for name, values in latencies_by_series.items():
-        if len(values) == 0:
-            continue
-        frames.append(pd.DataFrame({
-            "token": np.arange(len(values), dtype=np.int64),
-            "latency_ms": np.asarray(values, dtype=np.float64),
-            "series": [name] * len(values),
-        }))
-    if not frames:
-        return pd.DataFrame({"token": pd.Series(dtype="int64"),
-                             "latency_ms": pd.Series(dtype="float64"),
-                             "series": pd.Series(dtype="object")})
-    return pd.concat(frames, ignore_index=True)
-
-
-WINDOW_MARK = "window {} starts"
-WINDOW_MARK_COLOR = "#94a3b8"
-MAX_MARKED_WINDOWS = 60  # 30 min of audio; later windows go unmarked (the chart's colours are fixed)
-
-
-def window_marks(windows: Sequence, top: float) -> pd.DataFrame:
-    """Rows for the latency chart that draw a vertical line (0 to `top` ms) at the first step
-    of each window after the first: where the cache was refilled from the prompt.
-    windows: a run's panel.WindowStats (only .window and .first_step are read; typed loosely
-    so that this module does not import the panel that imports it)."""
-    first_steps = {}
-    for w in windows:  # a retried window (fallback) keeps the mark of its first attempt
-        first_steps.setdefault(w.window, w.first_step)
-    rows = [(step, y, WINDOW_MARK.format(window + 1)) for window, step in first_steps.items()
-            if 0 < step and window + 1 <= MAX_MARKED_WINDOWS for y in (0.0, top)]
-    return pd.DataFrame({"token": pd.Series([r[0] for r in rows], dtype="int64"),
-                         "latency_ms": pd.Series([r[1] for r in rows], dtype="float64"),
-                         "series": pd.Series([r[2] for r in rows], dtype="object")})
-
-
-def window_mark_colors() -> Dict[str, str]:
-    return {WINDOW_MARK.format(k): WINDOW_MARK_COLOR for k in range(2, MAX_MARKED_WINDOWS + 1)}
+DRAFT_SUFFIX = " · reused from the last guess"  # a draft: the previous decode's tokens, checked
 
 
 def chart_colors() -> Dict[str, str]:

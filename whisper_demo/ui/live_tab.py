@@ -15,23 +15,27 @@ sessions idle for its timeout, so an abandoned tab frees its thread and audio.
 
 from __future__ import annotations
 
+import html
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 import gradio as gr
 
-from ..audio import AudioError
+from ..audio import AudioError, read_chunk_file
 from ..events import CACHE_MODES, DecodeOptions
 from ..options import decode_options
 from ..live import LiveSession, LiveUpdate, LiveWorker, SessionRegistry, model_decoder
-from ..live.registry import IDLE_TIMEOUT_S
+from ..limits import Limits, live_sessions_full_message
+from ..live.registry import SessionLimitReached
 from . import panel
 from .chunk_order import ChunkSequencer
 from .chunk_tap import ChunkInbox, receives_every_chunk
 from .chunk_tap import install_chunk_tap as _install_chunk_tap  # its name here before chunk_tap.py
 from .latency_svg import latency_svg
-from .live_view import COPY_TRANSCRIPT_JS, TENTATIVE_STYLE, changed_only, render, sent, transcript_html
+from .live_view import (COPY_ON_CLICK_JS, IDLE_TEXT, TENTATIVE_STYLE, changed_only, render, sent,
+                        transcript_html)
 from .store import Defaults, ModelStore
 from .controls import link_cache_controls
 
@@ -55,6 +59,7 @@ class TabSession:
         self.order: Optional[ChunkSequencer] = None  # the page's chunk order (browser source)
         self.created = time.monotonic()
         self.closed = False
+        self.warned = False  # its page was told why it ended (ended_note)
 
     @property
     def active(self) -> bool:
@@ -80,6 +85,24 @@ class TabSession:
     def idle_seconds(self) -> float:
         return self.worker.session.idle_seconds()
 
+    def silent_seconds(self) -> float:
+        return self.worker.session.silent_seconds()
+
+    def running(self) -> bool:
+        """Whether it holds a decode thread (what the registry's session limit counts)."""
+        return not self.closed and not self.worker.done.is_set()
+
+    def ended_note(self) -> str:
+        """Why a session that took no more audio ended, for its page ("" if it did not)."""
+        error = self.worker.view().error
+        if error is not None:
+            return (f"Live transcription stopped: {type(error).__name__}: {error}. The text so far "
+                    f"is kept here; press Record to start again.")
+        if self.closed:
+            return ("Live transcription closed: no audio, or only silence, for too long (this "
+                    "server's limit). The text so far is kept here; press Record to start again.")
+        return ""
+
     def heard_seconds(self) -> float:
         view = self.worker.view()
         return view.stats.audio_seconds if view.stats else self.worker.session.audio_seconds
@@ -97,18 +120,42 @@ class LiveTab:
     hand a stale (empty) value to the next chunk, which would then start a second session
     and split the audio between them."""
 
-    def __init__(self, store: ModelStore, defaults: Defaults, idle_timeout_s: float = IDLE_TIMEOUT_S):
+    def __init__(self, store: ModelStore, defaults: Defaults, idle_timeout_s: Optional[float] = None):
         self.store = store
         self.defaults = defaults
-        self.sessions: SessionRegistry[TabSession] = SessionRegistry(idle_timeout_s)
-        self.inbox = ChunkInbox()  # every streamed chunk, until it is fed (see tapped)
+        limits = defaults.limits if defaults is not None else Limits()
+        self.sessions: SessionRegistry[TabSession] = SessionRegistry(
+            idle_timeout_s or limits.live_quiet_seconds, max_running=limits.max_live_sessions,
+            full_message=live_sessions_full_message(limits.max_live_sessions or 0))
+        self.inbox = ChunkInbox(limits)  # every streamed chunk, until it is fed (see tapped)
+        # feeds tapped chunks off the event loop: reading one is decoding a file
+        self.feeder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-feed")
         self.tapping = False
 
-    def _model(self):
+    def _open(self, key: str, open_session):
+        """open_session() under the registry's session limit: past it the visitor is told
+        the server is busy, and what its page sent is dropped."""
         try:
-            return self.store.get(self.defaults.model)
+            return open_session()
+        except SessionLimitReached as exc:
+            self.inbox.forget(key)
+            raise gr.Error(str(exc), title="Live transcription is busy") from exc
+
+    def _model(self, name: Optional[str] = None):
+        """The model chosen in the page's header (the Transcribe tab's Model), or the app's."""
+        name = name or self.defaults.model
+        try:
+            return self.store.get(name)
         except Exception as exc:
-            raise gr.Error(f"Model {self.defaults.model!r} is not available: {exc}") from exc
+            raise gr.Error(html.escape(f"Model {name!r} is not available: {exc}")) from exc
+
+    def show_model(self, model_name, request: gr.Request = None):
+        """The model in the header changed: an idle Live tab describes the new one (a
+        session in progress keeps its model until the next Record)."""
+        session = self.session(request)
+        if session is not None and session.active:
+            return gr.skip()
+        return panel.panel_html(None, self._model(model_name), status=IDLE_TEXT)
 
     def _options(self, cache_on, mode) -> DecodeOptions:
         """The app's options with this tab's cache choice; live decodes are greedy."""
@@ -121,16 +168,18 @@ class LiveTab:
     def session(self, request) -> Optional[TabSession]:
         return self.sessions.get(self._key(request))
 
-    def _browser_session(self, request, cache_on, mode) -> TabSession:
+    def _browser_session(self, request, cache_on, mode, model_name=None) -> TabSession:
         key = self._key(request)
 
         def reusable(session: TabSession) -> bool:
-            return session.source == "browser" and (session.active or session.final is not None)
+            # a stopped, failed or closed session stays: its page keeps its text until
+            # Record is pressed again (start() replaces it)
+            return session.source == "browser"
 
-        model = self._model()  # loaded (or failing) before the registry's lock is taken
+        model = self._model(model_name)  # loaded (or failing) before the registry's lock is taken
         # concurrent chunks of one stream must find the same session: the registry is atomic
-        return self.sessions.get_or_create(
-            key, lambda: self._new_browser_session(key, model, self._options(cache_on, mode)), reusable)
+        return self._open(key, lambda: self.sessions.get_or_create(
+            key, lambda: self._new_browser_session(key, model, self._options(cache_on, mode)), reusable))
 
     def _new_browser_session(self, key: str, model, options: DecodeOptions) -> TabSession:
         session = TabSession(model, options, "browser")
@@ -139,9 +188,9 @@ class LiveTab:
 
     # --- browser microphone
 
-    def start(self, cache_on, mode, request: gr.Request):
-        """Record pressed: a fresh session."""
-        model = self._model()
+    def start(self, cache_on, mode, model_name=None, request: gr.Request = None):
+        """Record pressed: a fresh session, with the model chosen in the header."""
+        model = self._model(model_name)
         current = self.session(request)
         if (current is not None and current.source == "browser" and current.active
                 and time.monotonic() - current.created < 5.0):
@@ -149,8 +198,9 @@ class LiveTab:
             # already started its session: keep it (replacing it would lose them)
             current.set_options(self._options(cache_on, mode))
             return (gr.Timer(active=True),) + sent(current, render(current, current.model))
-        session = self.sessions.replace(self._key(request), lambda: self._new_browser_session(
-            self._key(request), model, self._options(cache_on, mode)))
+        session = self._open(self._key(request), lambda: self.sessions.replace(
+            self._key(request), lambda: self._new_browser_session(self._key(request), model,
+                                                                  self._options(cache_on, mode))))
         return (gr.Timer(active=True),) + sent(session, render(session, session.model))
 
     def tapped(self, session_hash, body) -> None:
@@ -166,9 +216,9 @@ class LiveTab:
         key = session_hash or "default"
         self.inbox.add(key, data[0])
         session = self.sessions.get(key)  # never creates one here: the handler does
-        if (session is not None and session.source == "browser" and session.final is None
-                and not session.closed):
-            self._feed_inbox(key, session, wait=False)
+        if session is not None and session.source == "browser" and session.active:
+            # on a thread: reading the chunk decodes a file, never done on the event loop
+            self.feeder.submit(self._feed_inbox, key, session, False)
 
     def _feed_inbox(self, key: str, session: TabSession, wait: bool = True, flush: bool = False) -> int:
         """Feed every tapped chunk of this browser session that is in turn, oldest first
@@ -177,31 +227,34 @@ class LiveTab:
         return self.inbox.feed(key, session.worker.feed, wait, flush)
 
     @receives_every_chunk
-    def chunk(self, audio, cache_on, mode, request: gr.Request):
+    def chunk(self, audio, cache_on, mode, model_name=None, request: gr.Request = None):
         """Streamed chunks: queue them and return at once; the timer redraws."""
-        session = self._browser_session(request, cache_on, mode)
-        if session.final is not None:
+        session = self._browser_session(request, cache_on, mode, model_name)
+        if not session.active:
             self.inbox.discard(self._key(request))
-            return  # a chunk sent after Stop, once the rest was committed
+            return  # sent after Stop (the rest was committed), or after the session ended
         session.set_options(self._options(cache_on, mode))
         if self.tapping:  # `audio` is the latest of the tapped chunks: feed them all
             self._feed_inbox(self._key(request), session)
         elif audio is not None:
-            sample_rate, data = audio
             try:
+                limits = self.inbox.limits
+                sample_rate, data = audio if isinstance(audio, tuple) else read_chunk_file(
+                    audio, limits.max_chunk_bytes, limits.max_chunk_seconds)
                 session.worker.feed(sample_rate, data)
             except AudioError as exc:
                 gr.Warning(str(exc))
 
-    def stop(self, request: gr.Request):
+    def stop(self, model_name=None, request: gr.Request = None):
         """Stop pressed: wait for the chunks still queued, then commit the rest."""
         session = self.session(request)
         if session is None:
-            return (gr.Timer(active=False),) + render(None, self._model())
+            return (gr.Timer(active=False),) + render(None, self._model(model_name))
         time.sleep(0.3)  # the browser sends one more chunk after Stop
         if self.tapping and session.source == "browser" and session.final is None:
             self._feed_inbox(self._key(request), session, flush=True)  # chunks after the last call
         session.finish()
+        self.inbox.remove_fed(self._key(request))  # the recording's chunk files
         session.rendered_version = -1
         stats = session.worker.view().stats
         log.info("live session stopped: %.1f s heard, %d re-decodes; %s", session.heard_seconds(),
@@ -209,6 +262,10 @@ class LiveTab:
         return (gr.Timer(active=False),) + sent(session, render(session, session.model))
 
     def tick(self, request: gr.Request):
+        # chunks refused by the limits: said here, since a stream's later calls carry no
+        # event for a warning to reach the page by
+        for refused in self.inbox.refusals(self._key(request)):
+            gr.Warning(refused)
         session = self.session(request)
         if session is None:
             return (gr.skip(),) * 4
@@ -216,7 +273,11 @@ class LiveTab:
         if version == session.rendered_version and session.active:
             return (gr.skip(),) * 4
         session.rendered_version = version
-        return changed_only(session, render(session, session.model))
+        note = session.ended_note()  # failed or closed: its text stays, and the page is told why
+        if note and not session.warned:
+            session.warned = True
+            gr.Warning(note)
+        return changed_only(session, render(session, session.model, note=note))
 
     def page_closed(self, request: gr.Request):
         """The tab went away (Gradio's unload event): close its session now, rather than
@@ -231,10 +292,13 @@ class LiveTab:
 
     # --- this computer's microphone
 
-    def desktop_start(self, cache_on, mode, request: gr.Request):
+    def desktop_start(self, cache_on, mode, model_name=None, request: gr.Request = None):
         from .. import mic
 
-        model = self._model()
+        model = self._model(model_name)
+        if self.defaults is not None and not self.defaults.policy.server_mic:
+            gr.Warning(SERVER_MIC_OFF)
+            return (gr.Timer(active=False),) + (f"⚠️ {SERVER_MIC_OFF}",) + render(None, model, note=SERVER_MIC_OFF)
         options = self._options(cache_on, mode)
         source = mic.DesktopMicSource(model, options)
         try:
@@ -243,7 +307,12 @@ class LiveTab:
             message = f"This computer's microphone is unavailable: {exc}"
             gr.Warning(message)
             return (gr.Timer(active=False),) + (f"⚠️ {message}",) + render(None, model, note=message)
-        session = self.sessions.replace(self._key(request), lambda: TabSession(model, options, "desktop", desktop=source))
+        try:
+            session = self._open(self._key(request), lambda: self.sessions.replace(
+                self._key(request), lambda: TabSession(model, options, "desktop", desktop=source)))
+        except gr.Error:
+            source.close()
+            raise
         return (gr.Timer(active=True),) + ("🎙️ Recording this computer's microphone…",) + sent(session, render(session, model))
 
     def desktop_stop(self, request: gr.Request):
@@ -255,7 +324,14 @@ class LiveTab:
         return (gr.Timer(active=False),) + ("Stopped.",) + sent(session, render(session, session.model))
 
 
-def _availability_text() -> str:
+SERVER_MIC_OFF = ("This computer's microphone is off on this shared server: visitors cannot "
+                  "record the room it stands in. Use the browser microphone above. (The operator "
+                  "can turn it on with --allow-server-mic.)")
+
+
+def _availability_text(defaults: Optional[Defaults] = None) -> str:
+    if defaults is not None and not defaults.policy.server_mic:
+        return f"⚠️ {SERVER_MIC_OFF}"
     from .. import mic
 
     problem = mic.availability()
@@ -264,8 +340,10 @@ def _availability_text() -> str:
     return "Ready: records on the machine that runs this app (for when the browser can't share a microphone)."
 
 
-def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float = IDLE_TIMEOUT_S) -> LiveTab:
-    """Lay out the Live tab in the current Blocks context and wire it."""
+def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: Optional[float] = None,
+                   model_choice=None) -> LiveTab:
+    """Lay out the Live tab in the current Blocks context and wire it. model_choice: the
+    page's model dropdown (the Transcribe tab's), whose model each new session uses."""
     tab = LiveTab(store, defaults, idle_timeout_s)
     tab.tapping = _install_chunk_tap()
     model = store.get(defaults.model) if store.is_loaded(defaults.model) else None
@@ -282,7 +360,8 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
         with gr.Column(scale=5, min_width=340):
             # No waveform while recording: the page redrew it for every chunk, which took
             # ~30 % of a core from the decoder on a 2-core machine (Chromium's profiler).
-            mic_in = gr.Audio(sources=["microphone"], streaming=True, type="numpy",
+            # filepath: the handler reads each chunk itself, with a limit (chunk_tap.py)
+            mic_in = gr.Audio(sources=["microphone"], streaming=True, type="filepath",
                               elem_id="live-mic", label="Browser microphone",
                               waveform_options=gr.WaveformOptions(show_recording_waveform=False))
             cache_on = gr.Checkbox(value=defaults.options.cache != "off", label="KV cache",
@@ -291,32 +370,34 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: float 
             mode = gr.Radio(list(CACHE_MODES), value=defaults.options.cache,
                             label="Cache mode", elem_id="live_cache_mode")
             with gr.Accordion("This computer's microphone", open=False, elem_id="desktop-mic"):
-                desktop_status = gr.Markdown(_availability_text(), elem_id="desktop-mic-status")
+                desktop_status = gr.Markdown(_availability_text(defaults), elem_id="desktop-mic-status")
                 with gr.Row():
                     desktop_start = gr.Button("Start", elem_id="desktop-mic-start", variant="primary")
                     desktop_stop = gr.Button("Stop", elem_id="desktop-mic-stop", variant="stop")
         with gr.Column(scale=7, min_width=420):
-            transcript = gr.HTML(transcript_html("", ""), elem_id="live-transcript")
-            copy = gr.Button("Copy text", size="sm", elem_id="live-copy", scale=0)
+            # "Copy text" is drawn inside the transcript once there is text; copied in the
+            # browser, with no round trip
+            transcript = gr.HTML(transcript_html("", ""), elem_id="live-transcript", js_on_load=COPY_ON_CLICK_JS)
             stats = gr.HTML("", elem_id="live-stats")
-            panel_box = gr.HTML(panel.panel_html(None, model) if model is not None else "",
+            panel_box = gr.HTML(panel.panel_html(None, model, status=IDLE_TEXT) if model is not None else "",
                                 elem_id="live-cache-panel")
             chart = gr.HTML(latency_svg({}), elem_id="live-latency-chart")
 
     views = [transcript, stats, panel_box, chart]
     quiet = dict(api_name=False, show_progress="hidden")
-    mic_in.start_recording(tab.start, [cache_on, mode], [timer] + views, concurrency_limit=None, **quiet)
+    chosen = [model_choice] if model_choice is not None else []
+    mic_in.start_recording(tab.start, [cache_on, mode] + chosen, [timer] + views, concurrency_limit=None, **quiet)
     # No concurrency limit: the handler only queues audio. Gradio's frontend drops a chunk
     # when the previous chunk's event is still pending, so the handler must never wait in
     # the queue behind anything (a limit of 1 lost half the audio on a busy 2-core box).
-    mic_in.stream(tab.chunk, [mic_in, cache_on, mode], None, stream_every=0.5, time_limit=None,
+    mic_in.stream(tab.chunk, [mic_in, cache_on, mode] + chosen, None, stream_every=0.5, time_limit=None,
                   concurrency_limit=None, **quiet)
-    mic_in.stop_recording(tab.stop, None, [timer] + views, concurrency_limit=None, **quiet)
+    mic_in.stop_recording(tab.stop, chosen or None, [timer] + views, concurrency_limit=None, **quiet)
     timer.tick(tab.tick, None, views, concurrency_limit=None, **quiet)
-    desktop_start.click(tab.desktop_start, [cache_on, mode], [timer, desktop_status] + views, api_name=False)
+    desktop_start.click(tab.desktop_start, [cache_on, mode] + chosen, [timer, desktop_status] + views,
+                        api_name=False)
     desktop_stop.click(tab.desktop_stop, None, [timer, desktop_status] + views, api_name=False)
-    # In the browser, with no round trip: the transcript is on the page already.
-    copy.click(None, None, None, js=COPY_TRANSCRIPT_JS)
     link_cache_controls(cache_on, mode)
+    tab.panel_box = panel_box  # the header's model switch redraws it (ui/__init__.py)
     return tab
 

@@ -18,12 +18,16 @@ from .latency_svg import latency_svg
 
 COMMITTED_STYLE = ""
 TENTATIVE_STYLE = "color:#94a3b8;font-style:italic"
+IDLE_TEXT = "Press Record and speak: the cache fills here with each re-decode."
 
 
 # The words as shown, committed then tentative, to the clipboard. Where the page is not a
 # secure context (served to another machine over plain http) the browser has no clipboard
-# API: the text is selected instead, for Ctrl+C.
-COPY_TRANSCRIPT_JS = """() => {
+# API: the text is selected instead, for Ctrl+C. Run once by the transcript's gr.HTML
+# (js_on_load): its "Copy text" button is part of the transcript's HTML, drawn only when
+# there is text, so clicks are delegated to the component's element.
+COPY_ON_CLICK_JS = """
+const copyTranscript = () => {
   const body = document.querySelector('#live-transcript-body');
   if (!body) return;
   const words = [...body.querySelectorAll('.wk-committed, .wk-tentative')]
@@ -38,7 +42,12 @@ COPY_TRANSCRIPT_JS = """() => {
     selection.removeAllRanges();
     selection.addRange(range);
   }
-}"""
+};
+element.addEventListener('click', (e) => { if (e.target.closest('#live-copy')) copyTranscript(); });
+"""
+COPY_BUTTON = ('<button id="live-copy" type="button" class="wk-copy" style="float:right;margin:0 0 .3rem '
+               '.6rem;font-size:.8rem;padding:.1rem .5rem;border:1px solid var(--border-color-primary);'
+               'border-radius:6px;background:var(--background-fill-secondary);cursor:pointer">Copy text</button>')
 
 
 def transcript_html(committed: str, tentative: str, final: bool = False, note: str = "") -> str:
@@ -49,7 +58,7 @@ def transcript_html(committed: str, tentative: str, final: bool = False, note: s
         body = ('<span style="color:var(--body-text-color-subdued)">'
                 f'{html.escape(note or "Press Record and speak: text appears here as you talk.")}</span>')
     else:
-        body = committed_html + tentative_html
+        body = COPY_BUTTON + committed_html + tentative_html
     state = "final" if final else "live"
     return (f'<div id="live-transcript-body" data-state="{state}" '
             f'style="font-size:1.15rem;line-height:1.6;min-height:4.5rem;padding:.6rem .8rem;'
@@ -57,6 +66,8 @@ def transcript_html(committed: str, tentative: str, final: bool = False, note: s
 
 
 def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
+    """Four tiles: a value, one or two plain lines under it, and the details (what a
+    specialist would ask about) in the tile's tooltip."""
     s = view.stats
     if s is None:
         return ""
@@ -67,35 +78,51 @@ def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
     def sec(v):
         return f"{v:.1f} s" if v is not None else "—"
 
+    buffer_notes = []
+    if s.lost_seconds > 0:
+        buffer_notes.append(f"audio lost {s.lost_seconds:.1f} s (arrived slower than real time)")
+    if s.dropped_seconds > 0:
+        buffer_notes.append(f"{s.dropped_seconds:.1f} s dropped (decoding slower than speech)")
+    buffer_details = ["The audio not yet committed; it is cut after committed sentences and long pauses."]
+    if order and order.reordered:
+        buffer_details.append(f"{order.reordered} microphone chunks arrived out of order and were "
+                              "put back in recording order.")
+    last = []
+    if s.last_decode_ms:
+        last.append(f"last took {ms(s.last_decode_ms)}")
+    decode_details = [f"{s.skipped} skipped (no new speech)."]
+    if s.loops:
+        decode_details.append(f"{s.loops} repeated themselves and were not used.")
+    if s.unprompted:
+        decode_details.append("This buffer kept repeating the committed text given as its prompt: "
+                              "it is decoded without one until it is cut.")
+    if s.last_encoder_ms:
+        decode_details.append(f"Last encoder (audio → features): {ms(s.last_encoder_ms)}.")
+    if s.last_given:
+        decode_details.append(f"{s.last_given} tokens of already committed words were given as the start "
+                              "of its transcript (prefilled in one pass, not decoded again).")
+    if s.last_from_draft:
+        passes = "one pass" if s.last_draft_passes == 1 else f"{s.last_draft_passes} passes"
+        last.append(f"{s.last_from_draft} of {s.last_tokens} tokens reused from the last guess")
+        decode_details.append(f"{s.last_from_draft} of its {s.last_tokens} tokens were the previous "
+                              f"decode's guess, checked in {passes} (a draft confirmed from the "
+                              "previous hypothesis).")
     tiles = [
         ("Chunk end → first token", ms(s.first_token_ms_median),
-         f"median · p95 {ms(s.first_token_ms_p95)} · last {ms(s.last_first_token_ms)}"),
-        ("Speech → commit", sec(s.commit_s_median),
-         f"from each word's end in the audio · median · p95 {sec(s.commit_s_p95)}"),
+         f"median · last {ms(s.last_first_token_ms)}",
+         f"From the end of each audio chunk to the first token of the decode that read it. "
+         f"Median {ms(s.first_token_ms_median)}, p95 {ms(s.first_token_ms_p95)}, last {ms(s.last_first_token_ms)}."),
+        ("Speech → commit", sec(s.commit_s_median), "median, from each word's end",
+         f"From the end of each word in the audio to the moment it was committed. "
+         f"Median {sec(s.commit_s_median)}, p95 {sec(s.commit_s_p95)}."),
         ("Buffer", f"{s.buffer_seconds:.1f} s",
-         f"of {s.audio_seconds:.1f} s heard · cut after committed sentences and long pauses"
-         + (f" · audio lost {s.lost_seconds:.1f} s (arrived slower than real time)"
-            if s.lost_seconds > 0 else "")
-         + (f" · {s.dropped_seconds:.1f} s dropped (decoding slower than speech)" if s.dropped_seconds > 0 else "")
-         + (f" · {order.reordered} chunks arrived out of order, put back" if order and order.reordered else "")),
-        ("Re-decodes", str(s.decodes),
-         f"{s.skipped} skipped (no new speech)"
-         + (f" · {s.loops} looped (no vote)" if s.loops else "")
-         + (" · this buffer kept looping on the committed text given as its prompt: it is"
-            " decoded without one until it is cut" if s.unprompted else "")
-         + (f" · last {ms(s.last_decode_ms)}" if s.last_decode_ms else "")
-         + (f", encoder {ms(s.last_encoder_ms)}" if s.last_encoder_ms else "")
-         + (f" · {s.last_given} tokens of the words already committed from the buffer given"
-            " as the start of its transcript (prefilled in one pass, not decoded again)"
-            if s.last_given else "")
-         + (f" · {s.last_from_draft} of its {s.last_tokens} tokens confirmed from the previous "
-            f"hypothesis in {s.last_draft_passes} pass{'es' if s.last_draft_passes != 1 else ''}"
-            if s.last_from_draft else "")),
+         " · ".join([f"of {s.audio_seconds:.1f} s heard"] + buffer_notes), " ".join(buffer_details)),
+        ("Re-decodes", str(s.decodes), " · ".join(last) or "none yet", " ".join(decode_details)),
     ]
     cells = "".join(
-        f'<div class="wk-tile"><div class="wk-label">{html.escape(a)}</div>'
+        f'<div class="wk-tile" title="{html.escape(details)}"><div class="wk-label">{html.escape(a)}</div>'
         f'<div class="wk-value">{b}</div><div class="wk-sub">{html.escape(c)}</div></div>'
-        for a, b, c in tiles)
+        for a, b, c, details in tiles)
     return f'<div class="wk-panel"><div class="wk-grid">{cells}</div></div>'
 
 
@@ -103,7 +130,7 @@ def render(session, model, note: str = "") -> tuple:
     """(transcript, stats, panel, chart) HTML for the current state of a live_tab.TabSession
     (or None)."""
     if session is None:
-        return (transcript_html("", "", note=note), "", panel.panel_html(None, model, status=note),
+        return (transcript_html("", "", note=note), "", panel.panel_html(None, model, status=note or IDLE_TEXT),
                 latency_svg({}))
     series = {panel.series_label(mode, beams): values  # copied once: the panel and the chart
               for (mode, beams), values in session.worker.latency_series().items()}
@@ -131,12 +158,9 @@ def _decode_status(view: LiveView) -> str:
     if s is None:
         return "listening…"
     line = f"re-decode #{s.decodes} · buffer {s.buffer_seconds:.1f} s"
-    if s.last_given:
-        line += f" · {s.last_given} committed tokens given in the first pass"
     if s.last_from_draft:
-        passes = "one pass" if s.last_draft_passes == 1 else f"{s.last_draft_passes} passes"
-        line += (f" · {s.last_from_draft} tokens confirmed in {passes}, "
-                 f"{s.last_tokens - s.last_from_draft} decoded")
+        line += (f" · {s.last_from_draft} tokens reused from the last guess, "
+                 f"{s.last_tokens - s.last_from_draft} new")
     return line
 
 

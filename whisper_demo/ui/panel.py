@@ -23,16 +23,29 @@ import numpy as np
 from ..cache import cross_cache_bytes, self_cache_bytes
 from ..events import DecodeResult, TokenEvent
 from .latency_chart import MODE_COLORS, series_label
-# the chart's other names, importable from here as before the chart moved out of panel.py
-from .latency_chart import chart_colors, latency_frame, window_mark_colors, window_marks  # noqa: F401
+from .run_chart import typical_step_ms
+# the chart's colours, importable from here as before the chart moved out of panel.py
+from .latency_chart import chart_colors  # noqa: F401
 
 Item = Union[TokenEvent, DecodeResult]
 
 MODE_BLURB = {
-    "static": "preallocated K/V, written in place",
-    "hooks": "openai-whisper hooks, torch.cat per step",
+    "static": "room for every token set aside once, each new token written in place",
+    "hooks": "openai-whisper's cache, copied whole to grow by one token each step",
     "off": "everything recomputed every step",
 }
+# The technical words behind the plain ones, shown on hover (title attributes)
+MODE_TERMS = {
+    "static": "static KV cache: preallocated K/V tensors of n_text_ctx positions, written in place",
+    "hooks": "openai-whisper's install_kv_cache_hooks: torch.cat appends each step's K/V",
+    "off": "no KV cache: self- and cross-attention K/V recomputed at every step",
+}
+D_TERM = "d: the width of one token's vector in this model (d_model)"
+
+
+def plural(n: int, word: str) -> str:
+    """1 -> '1 step', 2 -> '2 steps'."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 # ---------------------------------------------------------------------------------------
@@ -133,7 +146,8 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
         rss = item.rss_bytes
         rss_sub = "resident memory now"
         if not status and item.n_windows > 1:
-            status = (f"decoding window {item.window + 1} of {item.n_windows} · "
+            # the count is an estimate: a window ends at its last timestamp, not at 30 s
+            status = (f"decoding window {item.window + 1} of about {item.n_windows} · "
                       f"{fmt_clock(item.window_start)}–{fmt_clock(item.window_end)} of "
                       f"{fmt_clock(item.audio_seconds)}")
         status = status or "decoding…"
@@ -142,7 +156,8 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
     header = (
         f'<div class="wk-head"><span class="wk-badge" style="background:{color}">'
         f'{html.escape(series_label(mode, beams))}</span>'
-        f'<span class="wk-blurb">{html.escape(MODE_BLURB.get(mode, ""))}</span>'
+        f'<span class="wk-blurb" title="{html.escape(MODE_TERMS.get(mode, ""))}">'
+        f'{html.escape(MODE_BLURB.get(mode, ""))}</span>'
         f'<span class="wk-status">{html.escape(status)}</span></div>'
     )
 
@@ -158,7 +173,8 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
         bar = 0.0
     else:
         length_value = f"{held if held is not None else '—'}<small> / {cap}</small>"
-        length_sub = "positions held per beam, of n_text_ctx"
+        length_sub = ('<span title="n_text_ctx: the most tokens the decoder reads">'
+                      "tokens kept per beam, of the most the model reads</span>")
         bar = (held or 0) / cap if cap else 0.0
     tiles.append(
         _tile("Cache length", length_value,
@@ -171,8 +187,9 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
         measured = event.self_cache_bytes
         tokens = event.cache_tokens
         formula = self_cache_bytes(model, tokens, beams, elem)
-        formula_text = (f"2 × {dims.n_text_layer} layers × {dims.n_text_state} d × {tokens} tok"
-                        f" × {beams} beam{'s' if beams > 1 else ''} × {elem} B = {fmt_bytes(formula)}")
+        formula_text = (f'<span title="{D_TERM}">2 × {dims.n_text_layer} layers × {dims.n_text_state} d × '
+                        f"{tokens} tok × {beams} beam{'s' if beams > 1 else ''} × {elem} B = "
+                        f"{fmt_bytes(formula)}</span>")
         sub = f"{_check(measured, formula)} {formula_text}"
         if event.self_cache_reserved_bytes > measured:
             sub += f"<br>allocated {fmt_bytes(event.self_cache_reserved_bytes)} (all {cap} positions, once)"
@@ -188,8 +205,8 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
         result.peak_cross_cache_bytes if result is not None else 0)
     if mode != "off" and elem == 4 and cross_measured == cross_cache_bytes(model, 2):
         elem, cross_formula = 2, cross_cache_bytes(model, 2)  # the fast mode keeps them float16
-    cross_text = (f"2 × {dims.n_text_layer} layers × {dims.n_audio_ctx} frames × "
-                  f"{dims.n_text_state} d × {elem} B = {fmt_bytes(cross_formula)}")
+    cross_text = (f'<span title="{D_TERM}">2 × {dims.n_text_layer} layers × {dims.n_audio_ctx} frames × '
+                  f"{dims.n_text_state} d × {elem} B = {fmt_bytes(cross_formula)}</span>")
     if mode == "off":
         cross_sub = f"none kept: {fmt_bytes(cross_formula)} projected again every step"
     elif cross_measured == cross_formula * beams and beams > 1:
@@ -207,7 +224,7 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
         cls="wk-wide-value",
     ))
     tps = f'{lat["tps"]:.1f}' if lat["tps"] else "—"
-    tiles.append(_tile("Tokens / s", tps, f"{steps} decoder steps (decoder time only)"))
+    tiles.append(_tile("Tokens / s", tps, f"{plural(steps, 'decoder step')} (decoder time only)"))
     if result is not None:
         enc_sub = "audio → features, per 30 s window"
     elif encoder_ms is not None:
@@ -215,17 +232,17 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
     elif event is not None and event.window_encoder_ms > 0:
         # each window's encoder time as it happens (the encoder runs once per window)
         encoder = fmt_ms(event.window_encoder_ms)
-        enc_sub = f"audio → features, window {event.window + 1} of {event.n_windows}"
+        enc_sub = "audio → features" + (f", window {event.window + 1} of about {event.n_windows}"
+                                        if event.n_windows > 1 else "")
     else:
         enc_sub = "reported when the run ends"
-    if result is not None and wall_seconds is not None:
-        enc_sub += f" · wall {wall_seconds:.1f} s"
     tiles.append(_tile("Encoder", encoder, enc_sub))
     tiles.append(_tile("Process memory", fmt_bytes(rss), rss_sub))
     if result is not None:
         decoder_total = f"{result.decode_seconds:.2f} s"
+        whole = f" · whole run {wall_seconds:.1f} s" if wall_seconds is not None else ""
         tiles.append(_tile("Decoder total", decoder_total,
-                           f"{result.n_tokens} steps · {result.language}"
+                           f"{plural(result.n_tokens, 'step')} · {result.language}{whole}"
                            + (f" · {result.skipped_windows} silent window(s) skipped"
                               if result.skipped_windows else "")))
 
@@ -253,15 +270,16 @@ def windows_html(windows: List["WindowStats"], latencies_ms: Optional[Sequence[f
         f' class="{"wk-win-now" if w is current else "wk-win-done"}"></div>' for w in windows)
     start = current.prefill - current.prompt
     if event.cache_mode == "off":
-        cache_text = (f"No cache: every step reruns the {current.prompt} prompt tokens (the text so "
-                      f"far), {start} start tokens and the {max(0, current.steps - 1)} generated so far, "
-                      f"and projects this window's audio to cross-attention K/V again")
+        cache_text = (f"No cache: every step reruns the {current.prompt} tokens of text so far, "
+                      f"{start} start tokens and the {max(0, current.steps - 1)} new ones, and turns "
+                      f"this window's audio into attention keys and values again")
     else:
-        cache_text = (f"Cache refilled: {current.prompt} prompt tokens (the text so far) + {start} start "
-                      f"tokens prefilled in one forward ({fmt_ms(current.prefill_ms)}), then "
-                      f"{max(0, current.steps - 1)} generated one by one; cross-attention K/V "
-                      f"projected again from this window's audio")
-    text = (f"<b>Window {current.window + 1} of {event.n_windows}</b> · "
+        cache_text = (f'Cache filled again: <span title="the prompt, prefilled in one forward pass">'
+                      f"{current.prompt} tokens of text so far and {start} start tokens read in one "
+                      f"pass ({fmt_ms(current.prefill_ms)})</span>, then "
+                      f"{max(0, current.steps - 1)} new ones one by one; the audio's keys and values "
+                      f"computed once for this window")
+    text = (f"<b>Window {current.window + 1} of about {event.n_windows}</b> · "
             f"{fmt_clock(current.start)}–{fmt_clock(current.end)} of {fmt_clock(event.audio_seconds)}. "
             f"{cache_text}; encoder {fmt_ms(current.encoder_ms)}.")
     return (f'<div class="wk-windows"><div class="wk-sub">{text}</div>'
@@ -288,12 +306,15 @@ def _window_latency_svg(windows: List["WindowStats"], latencies_ms: Sequence[flo
         marks.append(
             f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="0" y2="{height - 10}" stroke="#64748b" '
             f'stroke-dasharray="3,3"><title>window {w.window + 1} starts at step {w.first_step}: '
-            f'{w.prefill} positions prefilled ({w.prompt} prompt tokens)</title></line>'
+            f'{w.prefill} tokens read in one pass ({w.prompt} of text so far)</title></line>'
             f'<text x="{mx + 3:.1f}" y="{height - 1}" font-size="10" fill="#64748b">w{w.window + 1}</text>')
     return (f'<svg class="wk-win-latency" viewBox="0 0 {width} {height}" width="100%" height="{height}" '
             f'preserveAspectRatio="none"><title>per-token latency (up to {fmt_ms(top)}); '
             f'dashed: a new 30 s window</title>{"".join(marks)}<polyline points="{points}" fill="none" '
             f'stroke="#2563eb" stroke-width="1.2"/></svg>')
+
+
+IDLE_TEXT = "Drop a file, record, or pick an example: the cache fills here as tokens arrive."
 
 
 def _empty_panel(model, status: str = "") -> str:
@@ -302,14 +323,17 @@ def _empty_panel(model, status: str = "") -> str:
     if dims is not None:
         elem = element_size(model)
         detail = (
-            f"{getattr(model, 'name', 'model')}: {dims.n_text_layer} decoder layers, "
-            f"d_model {dims.n_text_state}, up to {dims.n_text_ctx} tokens. "
-            f"Full self-attention cache: {fmt_bytes(self_cache_bytes(model, dims.n_text_ctx, 1, elem))} "
-            f"per beam; cross-attention cache: {fmt_bytes(cross_cache_bytes(model, elem))} per 30 s window."
+            f"{getattr(model, 'name', 'model')}: {dims.n_text_layer} decoder layers, each token "
+            f"a vector of {dims.n_text_state} numbers, up to {dims.n_text_ctx} tokens per 30 s. "
+            f"A full cache of the text: {fmt_bytes(self_cache_bytes(model, dims.n_text_ctx, 1, elem))}; "
+            f"of the audio: {fmt_bytes(cross_cache_bytes(model, elem))} per 30 s window."
         )
-    msg = html.escape(status or "Drop a file, record, or pick an example: the cache fills here as tokens arrive.")
+        terms = (f"d_model {dims.n_text_state}, n_text_ctx {dims.n_text_ctx}; self-attention K/V "
+                 f"for the text, cross-attention K/V for the audio")
+    msg = html.escape(status or IDLE_TEXT)
     return (f'<div class="wk-panel wk-empty"><div class="wk-head"><span class="wk-status">{msg}</span>'
-            f'</div><div class="wk-sub">{html.escape(detail)}</div></div>')
+            f'</div><div class="wk-sub" title="{html.escape(terms) if dims is not None else ""}">'
+            f'{html.escape(detail)}</div></div>')
 
 
 def with_status(panel: str, status: str) -> str:
@@ -328,12 +352,16 @@ def with_status(panel: str, status: str) -> str:
 
 
 def compare_html(cached: DecodeResult, uncached: DecodeResult) -> str:
-    """Both totals, the speedup, and whether the two token sequences are identical."""
+    """Both runs, the speedup, and whether the two token sequences are identical.
+
+    The speedup shown first is the ratio of the two runs' median decoder steps, the first
+    step apart (run_chart.typical_step_ms): a step's cost is what the cache changes, and a
+    median holds from run to run where a total moves with whatever else the machine did
+    during a few seconds (one spike of 60 ms weighs in a total of 0.3 s)."""
     identical = cached.tokens == uncached.tokens
-    speedup = uncached.decode_seconds / cached.decode_seconds if cached.decode_seconds > 0 else float("inf")
-    wall_on = cached.decode_seconds + cached.encoder_ms / 1000
-    wall_off = uncached.decode_seconds + uncached.encoder_ms / 1000
-    wall_speedup = wall_off / wall_on if wall_on > 0 else float("inf")
+    step_on, step_off = typical_step_ms(cached.latencies_ms), typical_step_ms(uncached.latencies_ms)
+    per_step = f"{step_off / step_on:.1f}×" if step_on and step_off else "—"
+    total = uncached.decode_seconds / cached.decode_seconds if cached.decode_seconds > 0 else float("inf")
     greedy = cached.beam_size == 1
     if identical:
         badge = '<span class="wk-pill wk-pill-ok">✓ identical tokens</span>'
@@ -343,21 +371,23 @@ def compare_html(cached: DecodeResult, uncached: DecodeResult) -> str:
         why = "a bug: greedy decoding must not depend on the cache" if greedy else "beam search"
         badge = (f'<span class="wk-pill wk-pill-bad">✗ tokens differ from position {first} ({why})</span>')
 
-    def col(result: DecodeResult, wall: float) -> str:
+    def col(result: DecodeResult, step: Optional[float]) -> str:
         color = MODE_COLORS.get(result.cache_mode, "#475569")
+        wall = result.decode_seconds + result.encoder_ms / 1000
         return (
             f'<div class="wk-cmp-col" style="border-color:{color}">'
             f'<div class="wk-label" style="color:{color}">{html.escape(series_label(result.cache_mode, result.beam_size))}</div>'
-            f'<div class="wk-value">{result.decode_seconds:.2f} s</div>'
-            f'<div class="wk-sub">decoder, {result.n_tokens} tokens · mean {fmt_ms(result.mean_latency_ms)}'
-            f' · p95 {fmt_ms(result.p95_latency_ms)}<br>with encoder {wall:.2f} s</div></div>'
+            f'<div class="wk-value">{fmt_ms(step)}</div>'
+            f'<div class="wk-sub">median step (the first apart) · {result.n_tokens} tokens<br>'
+            f'decoder {result.decode_seconds:.2f} s · with the encoder {wall:.2f} s</div></div>'
         )
 
     return (
-        f'<div class="wk-compare">{col(cached, wall_on)}{col(uncached, wall_off)}'
+        f'<div class="wk-compare">{col(cached, step_on)}{col(uncached, step_off)}'
         f'<div class="wk-cmp-col wk-cmp-speed"><div class="wk-label">Speedup from the cache</div>'
-        f'<div class="wk-value">{speedup:.1f}×</div>'
-        f'<div class="wk-sub">decoder time · {wall_speedup:.1f}× including the encoder</div>'
+        f'<div class="wk-value">{per_step}</div>'
+        f'<div class="wk-sub">per token: the median steps\' ratio · whole decoder time {total:.1f}× '
+        f'(moves with the machine\'s load)</div>'
         f'{badge}</div></div>'
     )
 

@@ -30,31 +30,39 @@ Scripts can call the same handlers through Gradio's API (named endpoints /transc
 
 from __future__ import annotations
 
+import html
 import logging
 import shutil
-import tempfile
-from pathlib import Path
 from typing import Generator, List, Optional, Tuple
 
 import gradio as gr
-import pandas as pd
 from whisper.tokenizer import LANGUAGES
 
-from ..audio import AudioError, describe, load_audio
+from ..audio import SAMPLE_RATE, AudioError, describe, load_audio
 from ..decode import stream_transcribe
 from ..examples import CLIPS, clip_path
 from ..events import CACHE_MODES, DecodeOptions, DecodeResult, TokenEvent
+from ..limits import LimitExceeded, check_decode_budget
 from ..options import decode_options
 from . import attention as attention_view
-from . import panel
+from . import panel, run_chart
 from .controls import link_cache_controls
 from .running_decodes import RunningDecodes
+from .session_files import attention_folder
 from .store import Defaults, ModelStore
 from .throttle import Throttle
 
 log = logging.getLogger(__name__)
 
 PREVIOUS_COLOR = "#94a3b8"  # the last run, drawn in grey behind the current one
+# What the chart draws (run_chart.py), in the order a reader meets it
+CHART_CAPTION = (
+    "Each point is one decoder step; the dashed line is each run's median step. With the "
+    "cache a step runs one new token against what is kept, so the line stays near its median "
+    "(the first step, and the first of each 30 s window, also fills the cache; a busy machine "
+    "can make single steps spike). Without it, every step turns the audio into "
+    "cross-attention keys and values again and reruns every token so far, so the line starts "
+    "higher and climbs.")
 
 
 def example_paths() -> List[str]:
@@ -76,12 +84,25 @@ def model_choices() -> List[Tuple[str, str]]:
     except Exception as exc:  # a broken models module must not take the page down
         log.warning("list_models failed: %s", exc)
         return []
+    from ..model_sources import can_download
+
+    # a model this machine cannot download is said to be unusable before anyone picks it
+    missing = "needs download" if can_download() else "unavailable offline (needs a download)"
     choices = []
     for info in infos:
         size = f"{info.n_params / 1e6:.0f} M params" if info.n_params else ""
-        where = "offline" if info.available_offline else "needs download"
+        where = "offline" if info.available_offline else missing
         choices.append((f"{info.name} · {size} · {where}".replace(" ·  ·", " ·"), info.name))
     return choices
+
+
+class ModelUnavailable(Exception):
+    """A model the page cannot switch to; the message is for the person who picked it."""
+
+
+def _is_idle(panel_html: Optional[str]) -> bool:
+    """Whether the cache panel shows no run (so it describes the model, and can follow it)."""
+    return not panel_html or "wk-empty" in panel_html
 
 
 class TranscribeTab:
@@ -92,23 +113,32 @@ class TranscribeTab:
         self.defaults = defaults
         # Stop waits on these so that its "stopped" panel is the last update the page receives
         self.running = RunningDecodes()
+        # set when laid out: the model dropdown and its switch event, which the Live tab follows
+        self.model_dd = None
+        self.model_switch = None
 
     # --- helpers ------------------------------------------------------------------------
 
     def _model(self, name: Optional[str], progress=None):
-        name = name or self.defaults.model
-        if progress is not None and not self.store.is_loaded(name):
-            progress(0, desc=f"Loading {name} (once; then shared by every session)…")
         try:
-            return self.store.get(name)
-        except Exception as exc:  # ModelError, or a download that cannot happen offline
-            raise gr.Error(f"Model {name!r} is not available: {exc}", title="Model unavailable") from exc
+            return self._load_or_refuse(name or self.defaults.model, progress)
+        except ModelUnavailable as exc:
+            raise gr.Error(html.escape(str(exc)), title="Model unavailable") from exc
 
     def _audio(self, audio):
         try:
             return load_audio(audio, self.defaults.max_audio_seconds)
         except AudioError as exc:
             raise gr.Error(str(exc), title="Can't use this audio") from exc
+
+    def _check_budget(self, samples, beam_size: int, runs: int = 1) -> None:
+        """Refuse, before it takes a decode slot for minutes, a decode over the server's
+        budget of audio seconds x beams (limits.py)."""
+        try:
+            check_decode_budget(len(samples) / SAMPLE_RATE, beam_size, runs,
+                                self.defaults.limits.decode_budget)
+        except LimitExceeded as exc:
+            raise gr.Error(str(exc), title="Too large for this server") from exc
 
     def _options(self, model, cache_on, mode, beam, language, timestamps,
                  attention=False) -> DecodeOptions:
@@ -121,28 +151,20 @@ class TranscribeTab:
             raise gr.Error(str(exc), title="Options not possible") from exc
 
     @staticmethod
-    def _chart(series: dict, previous, legend: Optional[list] = None, windows=()):
-        """The chart's next value. Gradio 6.31's LinePlot bakes the colour domain into its
-        Vega spec and rebuilds the spec only when a prop such as colors_in_legend changes;
-        new series names with the same props draw colourless. So when the set of series
-        changes (tracked in `legend`, a per-run list) the update also sets colors_in_legend,
-        which rebuilds the chart with the right colours and legend; otherwise only data.
-        windows: the current run's RunStats.windows; each window after the first is marked
-        by a vertical grey line at its first step (panel.window_marks)."""
-        data = {}
+    def _chart(series: dict, previous, windows=()) -> str:
+        """The chart's HTML (run_chart.py): the previous run in grey, then this run's
+        series in their colours. windows: the current run's RunStats.windows; each window
+        after the first is marked at its first step."""
+        lines = []
         if previous:
-            data[previous[0]] = previous[1]
-        data.update({k: v for k, v in series.items() if len(v)})
-        frame = panel.latency_frame(data)
-        if not len(frame):
-            return gr.skip()  # an empty frame would leave the plot colourless (see above)
-        marks = panel.window_marks(windows, float(frame["latency_ms"].max()))
-        names = [k for k, v in data.items() if len(v)] + list(dict.fromkeys(marks["series"]))
-        frame = pd.concat([frame, marks], ignore_index=True) if len(marks) else frame
-        if legend is not None and names != legend:
-            legend[:] = names
-            return gr.update(value=frame, colors_in_legend=names)
-        return frame
+            lines.append(run_chart.Line(previous[0], previous[1], PREVIOUS_COLOR))
+        colors = panel.chart_colors()
+        lines += [run_chart.Line(name, values, colors.get(name, PREVIOUS_COLOR))
+                  for name, values in series.items() if len(values)]
+        starts = {}
+        for w in windows:  # a retried window (fallback) keeps the mark of its first attempt
+            starts.setdefault(w.window, w.first_step)
+        return run_chart.chart_html(lines, sorted(starts.values()), CHART_CAPTION)
 
     def _run(self, model, samples, options, label: str, chart_series: dict, previous,
              transcript_prefix: str = "", compare_value: str = "", request=None,
@@ -154,13 +176,12 @@ class TranscribeTab:
         every event when the run asked for its attention."""
         stats = panel.RunStats()
         throttle = Throttle()
-        legend: list = []
         chart_series[label] = stats.latencies_ms  # the chart reads the live list
         waiting = ('<div class="wk-sub">Waiting for the first token…</div>' if view is not None
                    else "")
         yield (transcript_prefix, panel.panel_html(None, model, status=f"encoding {describe(samples)}…"),
-               self._chart(chart_series, previous, legend, stats.windows), compare_value, gr.skip(),
-               waiting, None)
+               self._chart(chart_series, previous, stats.windows), compare_value, gr.skip(),
+               waiting, gr.update(value=None, visible=False))
         result: Optional[DecodeResult] = None
         finished = self.running.started(request)
         stream = stream_transcribe(model, samples, options)
@@ -174,7 +195,7 @@ class TranscribeTab:
                         yield (transcript_prefix + item.transcript,
                                panel.panel_html(item, model, latencies_ms=stats.latencies_ms,
                                                 windows=stats.windows),
-                               self._chart(chart_series, previous, legend, stats.windows), compare_value,
+                               self._chart(chart_series, previous, stats.windows), compare_value,
                                gr.skip(),
                                view.live_html(item) if view is not None else gr.skip(), gr.skip())
                 else:
@@ -206,6 +227,7 @@ class TranscribeTab:
         model = self._model(model_name, progress)
         samples = self._audio(audio)
         options = self._options(model, cache_on, mode, beam, language, timestamps, attention)
+        self._check_budget(samples, options.beam_size)
         label = panel.series_label(options.cache, options.beam_size)
         prev = None
         if previous:
@@ -216,7 +238,7 @@ class TranscribeTab:
                                              view=view)
         final_panel = panel.panel_html(result, model, last_event=stats.last_event,
                                        wall_seconds=stats.wall_seconds, windows=stats.windows)
-        yield (result.text, final_panel, self._chart(series, prev, [], stats.windows), "",
+        yield (result.text, final_panel, self._chart(series, prev, stats.windows), "",
                (label, list(result.latencies_ms)),
                *_final_view(view, request=request))
 
@@ -231,6 +253,7 @@ class TranscribeTab:
         samples = self._audio(audio)
         on = self._options(model, True, mode, beam, language, timestamps, attention)
         off = self._options(model, False, mode, beam, language, timestamps, attention)
+        self._check_budget(samples, on.beam_size, runs=2)
         series: dict = {}
         results = []
         views = []
@@ -246,13 +269,48 @@ class TranscribeTab:
                                        wall_seconds=s_off.wall_seconds, windows=s_off.windows,
                                        status="compare done (panel: the uncached run)")
         note = attention_view.compare_note(views[0].record, views[1].record) if views[0] else ""
-        yield (r_on.text, final_panel, self._chart(series, None, [], s_on.windows), panel.compare_html(r_on, r_off),
+        yield (r_on.text, final_panel, self._chart(series, None, s_on.windows), panel.compare_html(r_on, r_off),
                (panel.series_label(r_on.cache_mode, r_on.beam_size), list(r_on.latencies_ms)),
                *_final_view(views[0], note, request))
 
-    def load_model(self, model_name, progress=gr.Progress(track_tqdm=True)):
-        model = self._model(model_name, progress)
-        return self.model_status(model_name or self.defaults.model), self.language_update(model)
+    def load_model(self, model_name, in_use=None, panel_html="", progress=gr.Progress(track_tqdm=True)):
+        """Switch to `model_name`: (header status, language, model dropdown, model in use,
+        idle panel). A model that cannot load leaves `in_use` selected and working, with one
+        message that says why and which models work offline (a toast, as plain text: the
+        message quotes errors such as "<urlopen error ...>" that would read as HTML)."""
+        name = model_name or self.defaults.model
+        in_use = in_use or self.defaults.model
+        try:
+            model = self._load_or_refuse(name, progress)
+        except ModelUnavailable as exc:
+            gr.Warning(html.escape(str(exc)), title="Model unavailable", duration=None)
+            return gr.skip(), gr.skip(), gr.update(value=in_use), in_use, gr.skip()
+        idle_panel = panel.panel_html(None, model) if _is_idle(panel_html) else gr.skip()
+        return self.model_status(name), self.language_update(model), gr.skip(), name, idle_panel
+
+    def _load_or_refuse(self, name: str, progress=None):
+        """The model, loaded once; ModelUnavailable when it needs a download this machine
+        cannot make (said without trying) or when loading fails."""
+        from ..model_sources import can_download, list_models
+
+        if self.store.is_loaded(name):
+            return self.store.get(name)
+        infos = {info.name: info for info in list_models()}
+        offline = ", ".join(n for n, info in infos.items() if info.available_offline)
+        info = infos.get(name)
+        if info is not None and not info.available_offline and not can_download():
+            raise ModelUnavailable(f"{name} needs a download from OpenAI, and this machine cannot "
+                                   f"reach it. Models available offline: {offline}.")
+        if progress is not None and not self.store.is_loaded(name):
+            progress(0, desc=f"Loading {name} (once; then shared by every session)…")
+        try:
+            return self.store.get(name)
+        except Exception as exc:  # ModelError, or a download that failed
+            log.warning("model %s failed to load: %s", name, exc)
+            message = str(exc)
+            if "available offline" not in message:
+                message += f" Models available offline: {offline}."
+            raise ModelUnavailable(f"{name} could not be loaded: {message}") from exc
 
     def model_status(self, name: Optional[str] = None) -> str:
         from ..models import model_label
@@ -305,13 +363,13 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
             gr.Markdown("**Compare** decodes the clip with the cache, then without, and draws both "
                         "curves. **Stop** cancels a run; its cache is freed.", elem_classes=["wk-hint"])
             with gr.Accordion("Advanced", open=False, elem_id="advanced"):
-                model_dd = gr.Dropdown(choices=model_choices() or [defaults.model], value=defaults.model,
+                model_dd = gr.Dropdown(choices=defaults.offered_models(model_choices()) or [defaults.model], value=defaults.model,
                                        label="Model", elem_id="model_dd",
                                        info="loaded once, then shared by every session")
                 mode = gr.Radio(list(CACHE_MODES),
                                 value=opts.cache, label="Cache mode", elem_id="cache_mode",
-                                info="static: preallocated, written in place · hooks: openai-whisper's "
-                                     "torch.cat per step · off: no cache")
+                                info="static: room for every token set aside once, written in place · "
+                                     "hooks: openai-whisper's, copied whole to grow each step · off: no cache")
                 beam = gr.Slider(1, 5, value=opts.beam_size, step=1, label="Beam size",
                                  info="1 = greedy; beams share one cross-attention cache")
                 multilingual = bool(default_model is not None and default_model.is_multilingual)
@@ -338,25 +396,13 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
                                     info="mean over heads; applies to the next run")
                 attn_html = gr.HTML("", elem_id="attn_view", js_on_load=attention_view.PLAYER_JS)
                 attn_files = gr.File(label="Download: maps (PNG) and numbers (JSON)", file_count="multiple",
-                                     elem_id="attn_files", interactive=False)
+                                     elem_id="attn_files", interactive=False, visible=False)
             panel_box = gr.HTML(panel.panel_html(None, default_model) if default_model is not None else "",
                                 elem_id="cache_panel")
             compare_box = gr.HTML("", elem_id="compare_box")
     # The chart spans the page: token position is the long axis.
-    chart = gr.LinePlot(
-        # None, not an empty frame: a plot first drawn from an empty frame draws
-        # later lines without colour (Gradio 6.31)
-        None, x="token", y="latency_ms", color="series", y_lim=[0, None],
-        color_map={**panel.chart_colors(), **_previous_colors(), **panel.window_mark_colors()},
-        color_title="run",
-        title="Per-token decoder latency", x_title="token position (decoder step)",
-        y_title="latency (ms)", elem_id="latency_chart",
-        tooltip=["token", "latency_ms", "series"], label="Latency",
-        caption="With a cache each step runs one new token: the line stays flat. Without one, "
-                "every step projects the 1500 audio frames into cross-attention keys/values again "
-                "(a fixed cost per token, the bulk of it for small models) and reruns every token "
-                "so far (a cost that grows with position).",
-    )
+    chart = gr.HTML(run_chart.chart_html([], caption=CHART_CAPTION), elem_id="latency_chart",
+                    padding=False)
 
     inputs = [audio, cache_on, mode, beam, language, timestamps, model_dd, previous, attention_on, layer]
     outputs = [transcript, panel_box, chart, compare_box, previous, attn_html, attn_files]
@@ -386,8 +432,13 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
     # Switching model loads it once (progress shown on the status line) and keeps it in
     # the shared store; a model that cannot load says why and the old one stays selected.
     status_out = model_status if model_status is not None else gr.Markdown(visible=False)
-    model_dd.input(tab.load_model, model_dd, [status_out, language], api_name="load_model",
-                   concurrency_id="load", concurrency_limit=1, show_progress="full")
+    in_use = gr.State(defaults.model)  # the model this session's runs use: the last that loaded
+    # progress on the header's line only: a failed load must not mark the other outputs
+    tab.model_switch = model_dd.select(
+        tab.load_model, [model_dd, in_use, panel_box], [status_out, language, model_dd, in_use, panel_box],
+        api_name="load_model", concurrency_id="load", concurrency_limit=1, show_progress="minimal",
+        show_progress_on=[status_out])
+    tab.model_dd = model_dd
     return tab
 
 
@@ -397,13 +448,12 @@ def _final_view(view: Optional["attention_view.AttentionView"], note: str = "", 
     serves its own copies), so a long-running server does not pile them up."""
     if view is None:
         return gr.skip(), gr.skip()
-    session = getattr(request, "session_hash", None)
-    folder = None
-    if session and session.isalnum():
-        folder = Path(tempfile.gettempdir()) / "whisper-kv-attention" / session
+    folder = attention_folder(getattr(request, "session_hash", None))  # removed when the tab closes
+    if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-    return view.final_html(note), view.files(folder)
+    # the downloads box appears with its files (an empty one would be a bare 200 px box)
+    return view.final_html(note), gr.update(value=view.files(folder), visible=True)
 
 
 def _log_end(model, options: DecodeOptions, samples, stats: "panel.RunStats",
@@ -419,7 +469,3 @@ def _log_end(model, options: DecodeOptions, samples, stats: "panel.RunStats",
     else:
         log.info("decode stopped after %d tokens (Stop, page closed or error): %s · cache "
                  "released · forward hooks on the model now: %d", tokens, what, hook_count(model))
-
-
-def _previous_colors() -> dict:
-    return {f"previous: {label}": PREVIOUS_COLOR for label in panel.chart_colors()}
