@@ -220,11 +220,21 @@ def test_page_answers_during_a_long_decode(page, shots, tmp_path):
 
 
 def test_the_words_on_the_page(page, shots):
-    """Words that were wrong or stale: the Live tab's idle panel talks about the Live tab,
-    a count of one is singular, and the Encoder tile holds the encoder's time only."""
+    """Words that were wrong or stale, and boxes with nothing in them: the Live tab's idle
+    panel talks about the Live tab, a count of one is singular, the Encoder tile holds the
+    encoder's time only, and no box stands empty on a first visit."""
+    # no empty boxes on a first visit: the chart says what it will draw, the downloads box
+    # waits for its files, and Copy text waits for words
+    assert "drawn here" in page.locator("#latency_chart").inner_text()
+    page.locator("#attn_toggle input[type=checkbox]").check()
+    page.wait_for_selector("#attn_box", state="visible")
+    assert not page.locator("#attn_files").is_visible()
+    page.screenshot(path=str(shots / "8_first_visit_attention_ticked.png"), full_page=True)
+    page.locator("#attn_toggle input[type=checkbox]").uncheck()
     page.get_by_role("tab", name="Live").click()
     live_panel = page.locator("#live-cache-panel").inner_text()
     assert "Drop a file" not in live_panel and "Record" in live_panel, live_panel
+    assert not page.locator("#live-copy").is_visible()
     page.get_by_role("tab", name="Transcribe").click()
     upload(page, DATA / "short_3s.wav")
     wait_done(page, "KV cache: static")

@@ -48,6 +48,9 @@ def test_the_panels_speak_plainly_and_keep_the_terms_in_tooltips():
 def test_one_step_is_singular():
     shown = visible_text(panel.panel_html(event(step=0), tiny_like(), latencies_ms=[12.5]))
     assert "1 decoder step " in shown and "1 decoder steps" not in shown
+    # the Live tab's panel shows the last re-decode, also after Stop: it says so
+    live = visible_text(panel.panel_html(event(step=0), tiny_like(), latencies_ms=[12.5], encoder_ms=300.0))
+    assert "1 decoder step in the last re-decode" in live
 
 
 def test_the_window_count_is_called_an_estimate():

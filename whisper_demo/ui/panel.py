@@ -224,7 +224,9 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
         cls="wk-wide-value",
     ))
     tps = f'{lat["tps"]:.1f}' if lat["tps"] else "—"
-    tiles.append(_tile("Tokens / s", tps, f"{plural(steps, 'decoder step')} (decoder time only)"))
+    # the Live tab's panel (encoder_ms given) shows one re-decode: the last, even after Stop
+    scope = " in the last re-decode" if encoder_ms is not None and result is None else ""
+    tiles.append(_tile("Tokens / s", tps, f"{plural(steps, 'decoder step')}{scope} (decoder time only)"))
     if result is not None:
         enc_sub = "audio → features, per 30 s window"
     elif encoder_ms is not None:
