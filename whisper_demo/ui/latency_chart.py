@@ -33,7 +33,7 @@ DRAFT_SUFFIX = " · reused from the last guess"  # a draft: the previous decode'
 
 
 def chart_colors() -> Dict[str, str]:
-    """color_map for the LinePlot: every series label a run can produce."""
+    """Colours by series label: every series a run can produce."""
     colors = {}
     for mode, color in MODE_COLORS.items():
         colors[series_label(mode)] = color

@@ -2,9 +2,9 @@
 recent re-decodes, one line per cache mode, and the tokens a draft pass confirmed as
 amber dots (the one costly pass, then the near-zero steps after it).
 
-Why not gr.LinePlot, as the Transcribe tab: Gradio's page copies the value of every
-component that an event outputs to whenever an event's status changes, and the Live tab
-has ten microphone events a second. With a few hundred points in a LinePlot that copying
+Why not gr.LinePlot (the Transcribe tab has left it too: run_chart.py): Gradio's page
+copies the value of every component that an event outputs to whenever an event's status
+changes, and the Live tab has ten microphone events a second. With a few hundred points in a LinePlot that copying
 took about a sixth of a core from the decoder on a 2-core machine (Chromium's profiler,
 speech_25s.wav through the fake microphone); an SVG string costs next to nothing.
 """

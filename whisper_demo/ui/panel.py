@@ -1,8 +1,8 @@
 """Pure formatting for the live cache panel and the Compare summary.
 
 No gradio here and no decoding: every function takes TokenEvents / DecodeResults (and the
-model, for its dimensions) and returns HTML; the latency chart's frames are built in
-latency_chart.py. Every number shown comes from an event or a result; what this module adds
+model, for its dimensions) and returns HTML; the latency charts are drawn in run_chart.py
+and latency_svg.py. Every number shown comes from an event or a result; what this module adds
 is formatting and aggregation (mean and p95 of the latencies seen so far, tokens per second
 from those latencies). The file view and the Live tab both use it, so nothing here knows
 which tab it serves.

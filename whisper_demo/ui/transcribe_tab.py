@@ -5,10 +5,12 @@ Python callable that tests can call directly:
 
     transcribe(audio, cache_on, mode, beam, language, timestamps, model_name, previous,
                attention, layer)
-        -> generator of (transcript, panel_html, chart_frame, compare_html, previous,
+        -> generator of (transcript, panel_html, chart_html, compare_html, previous,
                          attention_html, attention_files)
     compare(...same inputs...) -> the same outputs, for cache on then cache off
-    load_model(model_name) -> (model status markdown, language dropdown update)
+    load_model(model_name, in_use, panel_html)
+        -> (model status markdown, language dropdown update, model dropdown, model in use,
+            idle panel); a model that cannot load leaves `in_use` selected
     stopped() -> panel note after Stop
 
 The decode itself is whisper_demo.decode.stream_transcribe; this module only turns its
