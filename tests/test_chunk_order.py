@@ -97,7 +97,7 @@ def test_the_tap_feeds_numbered_chunks_in_recording_order(tmp_path):
         paths[i] = path
     fed = []
     session = types.SimpleNamespace(worker=types.SimpleNamespace(
-        feed=lambda sr, data: fed.append(int(np.asarray(data).reshape(-1)[0]) // 1000 - 1)))
+        feed=lambda sr, data, arrived: fed.append(int(np.asarray(data).reshape(-1)[0]) // 1000 - 1)))
     for i in [1, 0, 3, 2, 4, 6]:  # 5 is still on its way
         event.data = types.SimpleNamespace(data=[{"path": str(paths[i])}, True, "static"])
     assert tab._feed_inbox("numbered", session) == 5

@@ -683,7 +683,7 @@ def test_every_streamed_chunk_reaches_the_session(tmp_path):
 
     fed = []
     session = types.SimpleNamespace(worker=types.SimpleNamespace(
-        feed=lambda sr, data: fed.append((sr, int(np.asarray(data).reshape(-1)[0])))))
+        feed=lambda sr, data, arrived: fed.append((sr, int(np.asarray(data).reshape(-1)[0])))))
     assert tab._feed_inbox("sess", session) == 5
     assert fed == [(48000, (i + 1) * 1000) for i in range(5)]  # all, in order, not outside.wav
     assert tab._feed_inbox("sess", session) == 0

@@ -122,9 +122,11 @@ class LiveSession:
 
     # ------------------------------------------------------------------ input (any thread)
 
-    def add_audio(self, sample_rate: int, chunk) -> None:
-        """Queue a chunk of any rate, dtype and channel count (AudioError if not audio)."""
-        arrived = self.clock()
+    def add_audio(self, sample_rate: int, chunk, arrived: Optional[float] = None) -> None:
+        """Queue a chunk of any rate, dtype and channel count (AudioError if not audio).
+        arrived: when it reached the server, on this session's clock (default: now), for a
+        chunk read some time after it came."""
+        arrived = self.clock() if arrived is None else arrived
         self._add(load_audio_chunk(sample_rate, np.asarray(chunk)), arrived)
 
     def add_samples(self, samples: np.ndarray) -> None:

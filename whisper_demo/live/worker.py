@@ -74,8 +74,9 @@ class LiveWorker:
 
     # ------------------------------------------------------------------ any thread
 
-    def feed(self, sample_rate: int, chunk) -> None:
-        self.session.add_audio(sample_rate, chunk)
+    def feed(self, sample_rate: int, chunk, arrived: Optional[float] = None) -> None:
+        """arrived: when the chunk reached the server (time.monotonic), if it is fed later."""
+        self.session.add_audio(sample_rate, chunk, arrived)
         self._wake()
 
     def feed_samples(self, samples: np.ndarray) -> None:

@@ -139,9 +139,10 @@ class ChunkInbox:
     def add(self, key: str, payload) -> None:
         """A tapped chunk: in the inbox once the sequencer has it in turn. Quick, and on the
         event loop: never waits for the feed lock."""
+        arrived = time.monotonic()  # the chunk is read later, on a thread: its arrival is now
         with self._inbox_lock:
             order = self._order.setdefault(key, ChunkSequencer())
-            self._inbox[key].extend(order.add(chunk_number(_payload_path(payload) or ""), payload))
+            self._inbox[key].extend(order.add(chunk_number(_payload_path(payload) or ""), (payload, arrived)))
 
     def discard(self, key: str) -> None:
         """Drop what is waiting (chunks sent after the recording was committed)."""
@@ -183,7 +184,7 @@ class ChunkInbox:
 
     def feed(self, key: str, feed: Callable, wait: bool = True, flush: bool = False) -> int:
         """Hand every chunk of this browser session that is in turn to `feed(sample_rate,
-        samples)`, oldest first (flush: every one, the recording has ended). With
+        samples, arrived)` (arrived: when it was tapped, time.monotonic()), oldest first (flush: every one, the recording has ended). With
         wait=False, leaves them to whoever is feeding already."""
         self._release_held(key, flush)
         fed = 0
@@ -206,14 +207,14 @@ class ChunkInbox:
                 if not box:
                     self._inbox.pop(key, None)
                     break
-                payload = box.popleft()
+                payload, arrived = box.popleft()
             path = _chunk_path(payload)
             if path is None:
                 continue
             try:
                 sample_rate, data = read_chunk_file(path, self.limits.max_chunk_bytes,
                                                     self.limits.max_chunk_seconds)
-                feed(sample_rate, data)
+                feed(sample_rate, data, arrived)
                 fed += 1
             except AudioError as exc:
                 log.warning("live chunk refused: %s", exc)
