@@ -435,7 +435,7 @@ def test_a_failed_live_session_keeps_its_text_says_why_and_the_next_record_start
         def __init__(self, decoder):
             self.received = threading.Event()
 
-        def add_audio(self, rate, chunk):
+        def add_audio(self, rate, chunk, arrived=None):
             self.received.set()
 
         def ready(self):
