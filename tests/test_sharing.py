@@ -533,16 +533,16 @@ def test_a_cached_kernel_library_others_could_write_is_not_loaded(kernel_cache, 
 
     monkeypatch.setattr(kernels, "_lib", None)
     monkeypatch.setattr(kernels, "_error", None)
-    library.parent.chmod(0o777)  # a folder anyone may write to: nothing is loaded from it
-    assert not kernels.available()
-    assert "writable by other users" in kernels.describe_path()
-    assert "PyTorch's float32 matmul" in kernels.describe_path()
-    library.parent.chmod(0o700)
+    library.parent.chmod(0o777)  # our folder, but anyone may write to it: closed first
+    library.chmod(0o666)
+    assert kernels.available() and compiled == [library.name] * 2
+    assert library.parent.stat().st_mode & 0o022 == 0 and library.stat().st_mode & 0o022 == 0
 
     monkeypatch.setattr(kernels, "_lib", None)
     monkeypatch.setattr(kernels, "_error", None)
     monkeypatch.setattr(kernels.os, "getuid", lambda: 4242)  # the folder is someone else's
     assert not kernels.available() and "belongs to another user" in kernels.describe_path()
+    assert "PyTorch's float32 matmul" in kernels.describe_path()  # what runs instead, said
 
 
 def test_the_kernels_path_is_said_and_wrong_shapes_are_refused_not_run():

@@ -69,6 +69,17 @@ def _safe_to_load(path: Path) -> Optional[str]:
     return None
 
 
+def _tighten(folder: Path) -> None:
+    """Our own folder that others may write to (made under a umask of 002, say): take their
+    write access away before anything in it is trusted. Someone else's is left as it is."""
+    info = folder.lstat()
+    mode = stat.S_IMODE(info.st_mode)
+    if (not stat.S_ISLNK(info.st_mode) and hasattr(os, "getuid") and info.st_uid == os.getuid()
+            and mode & (stat.S_IWGRP | stat.S_IWOTH)):
+        os.chmod(folder, mode & ~(stat.S_IWGRP | stat.S_IWOTH))
+        log.warning("kernels: %s was writable by other users; it no longer is", folder)
+
+
 def _compile(compiler: str, folder: Path, library: Path) -> None:
     with tempfile.TemporaryDirectory(dir=folder) as scratch:
         built = Path(scratch) / library.name
@@ -85,6 +96,7 @@ def _load_cached(compiler: str, folder: Path, library: Path) -> ctypes.CDLL:
     """The cached library, built when missing, and built again when it fails the
     ownership checks or fails to load (a damaged or foreign file)."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _tighten(folder)
     problem = _safe_to_load(folder)
     if problem:
         raise UnsafeCache(f"not loading kernels from {folder}: {problem}")
