@@ -257,6 +257,39 @@ def test_live_sessions_past_the_limit_are_refused_with_a_clear_message(serve, sp
             page.close()
 
 
+def test_the_registry_counts_running_sessions_and_closes_quiet_ones():
+    from whisper_demo.live.registry import SessionLimitReached, SessionRegistry
+
+    class Session:
+        def __init__(self, idle=0.0, silent=0.0):
+            self.idle, self.silent, self.closed = idle, silent, False
+
+        def idle_seconds(self):
+            return self.idle
+
+        def silent_seconds(self):
+            return self.silent
+
+        def running(self):
+            return not self.closed
+
+        def close(self):
+            self.closed = True
+
+    registry = SessionRegistry(idle_timeout_s=60, reap_every_s=3600, max_running=2, full_message="busy")
+    talking, silent = registry.get_or_create("a", Session), registry.get_or_create("b", lambda: Session(silent=61))
+    with pytest.raises(SessionLimitReached, match="busy"):
+        registry.get_or_create("c", Session)
+    assert registry.get_or_create("b", Session) is silent  # its own tab still finds it
+    assert registry.replace("b", Session) is not silent and silent.closed  # Record again: fine
+    quiet = registry.replace("b", lambda: Session(idle=61))
+    assert registry.reap_idle() == 1 and quiet.closed and not talking.closed
+    assert registry.get("b") is quiet and registry.running() == 1  # kept, for its page to show
+    registry.get_or_create("c", Session)  # its place is free
+    quiet.idle = 121
+    assert registry.reap_idle() == 1 and registry.get("b") is None  # then forgotten
+
+
 def test_a_session_that_sends_only_silence_is_closed_and_frees_its_place(serve, tmp_path):
     server = serve(limits=Limits(max_live_sessions=1, live_quiet_seconds=1.0))
     tab = server.handler_object("live-mic", "stream")
