@@ -20,6 +20,22 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import httpx
+import numpy as np
+import soundfile as sf
+
+from whisper_demo.audio import SAMPLE_RATE
+
+
+def write_chunks(samples: np.ndarray, folder: Path, seconds: float = 0.1, rate: int = SAMPLE_RATE):
+    """The recorder's chunks: 0.1 s WAV files, numbered as the page numbers them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    step = int(seconds * rate)
+    paths = []
+    for i, start in enumerate(range(0, len(samples), step)):
+        path = folder / f"audio.seq{i:08d}.wav"
+        sf.write(path, (samples[start:start + step] * 32767).astype(np.int16), rate, subtype="PCM_16")
+        paths.append(path)
+    return paths
 
 
 @dataclass

@@ -16,8 +16,7 @@ import time
 import psutil
 
 from app_server import running_app
-from page_client import PageClient
-from test_sharing import write_chunks
+from page_client import PageClient, write_chunks
 from whisper_demo.audio import SAMPLE_RATE, load_audio
 from whisper_demo.examples import clip_path
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from page_client import PageClient
+from page_client import PageClient, write_chunks
 from whisper_demo.audio import SAMPLE_RATE, load_audio
 from whisper_demo.examples import clip_path
 from whisper_demo.limits import Limits
@@ -73,18 +73,6 @@ def serve(tiny_model):
     yield start
     for server in servers:
         server.close()
-
-
-def write_chunks(samples: np.ndarray, folder: Path, seconds: float = 0.1, rate: int = SAMPLE_RATE):
-    """The recorder's chunks: 0.1 s WAV files, numbered as the page numbers them."""
-    folder.mkdir(parents=True, exist_ok=True)
-    step = int(seconds * rate)
-    paths = []
-    for i, start in enumerate(range(0, len(samples), step)):
-        path = folder / f"audio.seq{i:08d}.wav"
-        sf.write(path, (samples[start:start + step] * 32767).astype(np.int16), rate, subtype="PCM_16")
-        paths.append(path)
-    return paths
 
 
 def stream(page: PageClient, chunks) -> str:
