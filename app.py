@@ -147,9 +147,10 @@ def parser() -> argparse.ArgumentParser:
     lim.add_argument("--max-chunk-seconds", type=_positive_float, default=limits.DEFAULT_MAX_CHUNK_SECONDS,
                      metavar="SECONDS", help=f"longest live audio chunk (the browser sends 0.1 s). "
                                              f"Default {limits.DEFAULT_MAX_CHUNK_SECONDS:g}")
-    lim.add_argument("--decode-budget", type=_positive_float, default=limits.DEFAULT_DECODE_BUDGET,
-                     metavar="N", help=f"largest decode: audio seconds x beam size (Compare counts "
-                                       f"twice). Default {limits.DEFAULT_DECODE_BUDGET:g}")
+    lim.add_argument("--decode-budget", type=_positive_float, default=None,
+                     metavar="N", help="largest decode: audio seconds x beam size (Compare counts "
+                                       "twice). Default: twice --max-audio-seconds (1200), so the "
+                                       "longest file allowed fits a greedy Compare"),
     lim.add_argument("--max-models", type=_whole_number(1), default=limits.DEFAULT_MAX_MODELS, metavar="N",
                      help=f"models kept in memory; past it the least recently used is unloaded "
                           f"(--model stays). Default {limits.DEFAULT_MAX_MODELS}")
@@ -230,7 +231,8 @@ def _sharing(args, host: str):
     limits = Limits(max_live_sessions=args.max_live_sessions or None,
                     live_quiet_seconds=args.live_quiet_minutes * 60,
                     max_chunk_bytes=args.max_chunk_size, max_chunk_seconds=args.max_chunk_seconds,
-                    decode_budget=args.decode_budget, max_models=args.max_models,
+                    decode_budget=args.decode_budget or 2 * args.max_audio_seconds,
+                    max_models=args.max_models,
                     cache_seconds=args.cache_minutes * 60)
     if policy.shared:
         models = "any model" if policy.models is None else ", ".join(policy.models)

@@ -120,8 +120,10 @@ def test_the_flags_reach_the_policy_and_the_limits():
     assert policy.shared and not policy.server_mic and policy.models == ("tiny.en", "base")
     assert limits == Limits(max_live_sessions=5, live_quiet_seconds=30, max_chunk_bytes=64 << 10,
                             max_chunk_seconds=2, decode_budget=300, max_models=3, cache_seconds=600)
-    args = app_cli.parser().parse_args(["--allow-server-mic", "--share"])
-    assert app_cli._sharing(args, "127.0.0.1")[0].server_mic
+    args = app_cli.parser().parse_args(["--allow-server-mic", "--share", "--max-audio-seconds", "3600"])
+    policy, limits = app_cli._sharing(args, "127.0.0.1")
+    assert policy.server_mic and limits.decode_budget == 7200  # an hour-long file still fits
+    assert app_cli._sharing(app_cli.parser().parse_args([]), "127.0.0.1")[1] == Limits()
     for flag in ("--allow-server-mic", "--models", "--max-live-sessions", "--live-quiet-minutes",
                  "--max-chunk-size", "--max-chunk-seconds", "--decode-budget", "--max-models"):
         assert flag in app_cli.parser().format_help()

@@ -9,9 +9,10 @@ Why these defaults, on 2 cores with tiny.en:
   window of audio; a tab left recording a silent room must give them back.
 - chunk size and length: the browser sends 0.1 s chunks (~10 KB of 48 kHz WAV); a chunk
   is read whole, so a large one is refused by its size and its header before decoding.
-- decode budget: audio seconds x beams x runs (Compare runs twice). 1200 lets the default
-  600 s file through greedily (and Compare of it); beam 5 takes up to 240 s, Compare with
-  beam 5 up to 120 s, so no single request holds one of the two decode slots for long.
+- decode budget: audio seconds x beams x runs (Compare runs twice). Twice the longest file
+  allowed (1200 for the default 600 s) lets that file through greedily, Compare included;
+  beam 5 takes up to 240 s, Compare with beam 5 up to 120 s, so no single request holds
+  one of the two decode slots for long.
 - models in memory: each model is hundreds of MB to several GB; the least recently used
   is let go when another is loaded.
 """
