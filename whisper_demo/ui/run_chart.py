@@ -77,7 +77,7 @@ def chart_html(lines: Sequence[Line], window_starts: Sequence[int] = (), caption
                  'token position (decoder step)</text>')
     parts.append(f'<text x="12" y="{TOP + plot_h / 2:.1f}" text-anchor="middle" '
                  f'transform="rotate(-90 12 {TOP + plot_h / 2:.1f})">ms</text>')
-    for k, step in enumerate(window_starts):
+    for step in window_starts:
         if 0 < step < n:
             parts.append(f'<line class="wk-window-mark" x1="{x(step):.1f}" x2="{x(step):.1f}" y1="{TOP}" '
                          f'y2="{TOP + plot_h}" stroke="{MARK_COLOR}" stroke-dasharray="4,3">'
