@@ -2,6 +2,7 @@
 one grey, each run's median step dashed (the first step apart, as the caption says), a mark
 where each later window starts; before any run, one line saying what will be drawn."""
 
+import html
 import re
 
 from whisper_demo.ui import run_chart
@@ -24,7 +25,7 @@ def test_each_run_is_drawn_in_its_colour_with_its_median_step():
 
 def test_before_any_run_the_chart_says_what_it_will_draw():
     chart = run_chart.chart_html([], caption="what is drawn")
-    assert run_chart.EMPTY_TEXT in chart and "<svg" not in chart and "what is drawn" not in chart
+    assert html.escape(run_chart.EMPTY_TEXT) in chart and "<svg" not in chart and "what is drawn" not in chart
 
 
 def test_typical_step_needs_a_second_step():
