@@ -166,11 +166,15 @@ class ChunkInbox:
         """Delete the files of fed chunks: all of `key`'s (its recording ended), and any
         session's fed over DELETE_FED_AFTER_S ago. How many were deleted."""
         cutoff = time.monotonic() - DELETE_FED_AFTER_S
+        doomed = []
         with self._inbox_lock:
-            kept, doomed = collections.deque(), []
-            for entry in self._fed:
-                (doomed if entry[1] == key or entry[0] < cutoff else kept).append(entry)
-            self._fed = kept
+            while self._fed and self._fed[0][0] < cutoff:  # oldest first: fed in time order
+                doomed.append(self._fed.popleft())
+            if key is not None:
+                kept: collections.deque = collections.deque()
+                for entry in self._fed:
+                    (doomed if entry[1] == key else kept).append(entry)
+                self._fed = kept
         for _, _, path in doomed:
             _delete_upload(path)
         return len(doomed)
