@@ -129,13 +129,12 @@ def test_long_audio_window_by_window(tiny_model, clip):
         for e in w.events:
             assert e.n_windows == 2 and e.audio_seconds == pytest.approx(duration)
             assert w.start <= e.attention.audio_time <= w.end
-    # the prompt's positions are the first window's tokens: the refilled cache starts with them
-    from whisper.tokenizer import get_tokenizer
-
-    eot = get_tokenizer(False).eot
+    # the prompt's positions are the first window's segments (its hypothesis up to the last
+    # complete segment, as openai-whisper's transcribe keeps): the refilled cache starts with them
     prompt = list(second.positions()[1 : 1 + second.prompt_tokens])
     hypothesis = list(first.positions()[first.prefill_tokens:]) + [first.events[-1].token_id]
-    assert prompt == [t for t in hypothesis if t != eot][-len(prompt):]
+    assert prompt == hypothesis[: len(prompt)]
+    assert prompt == [t for s in result.segments if s.start < second.start for t in s.tokens]
 
 
 def test_json_export_holds_tokens_weights_and_times(jfk_static, tiny_model):

@@ -366,11 +366,19 @@ def test_fallback_test_fires_on_a_repetitive_window():
     assert decode._needs_fallback(repeated, tokenizer, on)
     assert decode._needs_fallback(unlikely, tokenizer, on)
     assert not decode._needs_fallback(normal, tokenizer, on)
-    assert not decode._needs_fallback(repeated, tokenizer, DecodeOptions())
+    assert not decode._needs_fallback(repeated, tokenizer, DecodeOptions(temperature_fallback=False))
+    # the thresholds are the options' (openai-whisper's names); None turns a test off
+    assert not decode._needs_fallback(repeated, tokenizer, DecodeOptions(compression_ratio_threshold=None))
+    assert decode._needs_fallback(normal, tokenizer, DecodeOptions(logprob_threshold=-0.1))
+    # silence is no failure: improbable text where P(no speech) is high is not retried
+    silent = window_decode.WindowOutcome(tokens=tokenizer.encode(" you"), avg_logprob=-1.5,
+                                         no_speech_prob=0.9)
+    assert not decode._needs_fallback(silent, tokenizer, on)
+    assert decode._needs_fallback(silent, tokenizer, DecodeOptions(no_speech_threshold=0.95))
 
 
 # --------------------------------------------------------------------------------------
-# 6. Silent windows are skipped without running the model
+# 6. Silent windows are skipped without running the model (skip_digital_silence)
 
 
 @pytest.fixture
@@ -387,15 +395,16 @@ def encoder_calls(tiny_model, monkeypatch):
 
 
 def test_digital_silence_never_reaches_the_encoder(tiny_model, clip, encoder_calls):
-    # 65 s: two windows of digital silence, then jfk.wav
+    # 65 s: two windows of digital silence, then jfk.wav (skip_digital_silence, off by default
+    # as openai-whisper's transcribe decodes every window)
     audio = np.concatenate([np.zeros(SR * 60, np.float32), clip("jfk.wav")[: SR * 5]])
-    _, result = drain(tiny_model, audio)
+    _, result = drain(tiny_model, audio, skip_digital_silence=True)
     assert len(encoder_calls) == 1, f"the encoder ran {len(encoder_calls)} times for 1 window with sound"
     assert "ask not" in result.text.lower()
     # quiet room noise is not digital silence: the model runs and writes nothing
     encoder_calls.clear()
     noise = (np.random.default_rng(0).standard_normal(SR * 5) * 0.003).astype(np.float32)
-    _, result = drain(tiny_model, noise)
+    _, result = drain(tiny_model, noise, skip_digital_silence=True)
     assert len(encoder_calls) == 1 and result.text == ""
 
 

@@ -150,7 +150,11 @@ def test_audio_longer_than_30_s_is_decoded_window_by_window(tiny_model, clip, tr
 
 def test_silence_produces_no_text(tiny_model):
     digital_silence = np.zeros(16000 * 5, dtype=np.float32)
+    # decoded, then skipped as no speech, as openai-whisper's transcribe does
     events, result = run(tiny_model, digital_silence)
+    assert result.text == "" and result.segments == [] and result.skipped_windows == 1
+    # or not decoded at all (DecodeOptions.skip_digital_silence)
+    events, result = run(tiny_model, digital_silence, skip_digital_silence=True)
     assert events == [] and result.text == "" and result.skipped_windows == 1
 
     rng = np.random.default_rng(0)

@@ -10,7 +10,11 @@ from whisper_demo.options import decode_options, effective_mode
 # A value for every field, each different from DecodeOptions' default.
 NON_DEFAULT = dict(cache="off", beam_size=3, precision="int8", language="de", task="translate",
                    timestamps=False, prompt="earlier words", condition_on_previous_text=False,
-                   temperature_fallback=True, no_speech_threshold=0.3, silence_rms=0.01,
+                   temperature_fallback=False, no_speech_threshold=0.3,
+                   carry_initial_prompt=True, compression_ratio_threshold=2.0, logprob_threshold=-0.5,
+                   clip_timestamps=(1.0, 5.0), hallucination_silence_threshold=2.0,
+                   skip_digital_silence=True, no_speech_before_decoding=True,
+                   reset_prompt_after_silence=True, detect_language_from_window=True,
                    max_tokens_per_window=50, word_timestamps=True, draft_tokens=(50364, 440),
                    prefix_tokens=(50364, 1002),
                    attention=True, encode_audio_only=True)
@@ -40,7 +44,7 @@ def test_the_page_choices():
     page = decode_options(base, cache_on=True, mode="static", beam_size="2", language="auto",
                           timestamps=True)
     assert (page.cache, page.beam_size, page.language, page.timestamps) == ("static", 2, None, True)
-    assert page.prompt == "earlier words" and page.temperature_fallback  # the rest survives
+    assert page.prompt == "earlier words" and not page.temperature_fallback  # the rest survives
     assert decode_options(base, language="fr", multilingual=False).language is None
     assert decode_options(base, cache_on=False, mode="hooks").cache == "off"
 

@@ -1,4 +1,4 @@
-"""A window's log-mel is what openai-whisper's transcribe computes for it.
+"""A window's log-mel is what openai-whisper's transcribe computes for it (LogMel).
 
 To the bit on the Intel machines it was written on; on an AMD EPYC one value in a few
 thousand of one short buffer came out one float32 step (1.2e-7) apart, as the FFT library
@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from whisper.audio import HOP_LENGTH, N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
 
-from whisper_demo.windowing import window_mel
+from whisper_demo.windowing import LogMel, window_mel
 
 
 def assert_same(mel: torch.Tensor, reference: torch.Tensor) -> None:
@@ -43,13 +43,26 @@ def test_digital_silence_gives_transcribes_mel_too():
     assert_same(window_mel(audio, 0, frames, 80), transcribe_mel(audio, 0, frames))
 
 
-def test_the_windows_of_a_long_file_are_transcribes_mel_of_each_window(clip):
-    # Past 30 s transcribe normalises over the whole file and window_mel over the window
-    # (bounded memory), so the reference here is transcribe's computation on the window.
-    audio = np.concatenate([clip("speech_25s.wav")] * 2)
-    first = audio[:N_SAMPLES]
-    assert_same(window_mel(audio, 0, N_FRAMES, 80), transcribe_mel(first, 0, N_FRAMES))
-    seek = N_FRAMES
-    segment_size = audio.size // HOP_LENGTH - seek
-    window = audio[seek * HOP_LENGTH :]
-    assert_same(window_mel(audio, seek, segment_size, 80), transcribe_mel(window, 0, segment_size))
+def test_the_windows_of_a_long_file_are_slices_of_transcribes_whole_file_mel(clip):
+    # transcribe floors every value at 8 below the whole file's maximum and takes each
+    # frame from its real neighbours at a window's edge: a window computed on its own
+    # audio differs at both (the last frame of the first window here by 0.09).
+    audio = np.concatenate([clip("speech_25s.wav"), clip("jfk.wav"), 1e-3 * clip("speech_25s.wav")])
+    whole = log_mel_spectrogram(torch.from_numpy(audio), padding=N_SAMPLES)
+    content_frames = audio.size // HOP_LENGTH
+    mel = LogMel(audio, 80)
+    assert mel.content_frames == whole.shape[-1] - N_FRAMES
+    for seek in (0, 1234, N_FRAMES, content_frames - N_FRAMES, content_frames - 700):
+        segment_size = min(N_FRAMES, content_frames - seek)
+        assert_same(mel.window(seek, segment_size), pad_or_trim(whole[:, seek : seek + segment_size], N_FRAMES))
+
+
+def test_language_detection_reads_the_padded_first_30_s_as_transcribe_does(clip):
+    # Past the audio, detection sees the log-mel of transcribe's zero padding (the floor),
+    # where a decoded window is padded with zeros.
+    for audio in (clip("jfk.wav"), np.concatenate([clip("speech_25s.wav")] * 2)):
+        whole = log_mel_spectrogram(torch.from_numpy(audio), padding=N_SAMPLES)
+        assert_same(LogMel(audio, 80).first_30s(), pad_or_trim(whole, N_FRAMES))
+    short = clip("jfk.wav")
+    frames = short.size // HOP_LENGTH
+    assert not torch.allclose(LogMel(short, 80).first_30s(), LogMel(short, 80).window(0, frames))

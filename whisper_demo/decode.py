@@ -23,14 +23,14 @@ from whisper.tokenizer import get_tokenizer
 
 from .encoder import encode, encoder_frames
 from .events import DecodeOptions, DecodeResult, Segment, StepAttention, TokenEvent
+from .hallucination import last_word_end, skip_silence_around_hallucinations
 from .timing import add_word_timestamps
 from .window_decode import RawAttention, WindowOutcome, decode_window
-from .windowing import split_segments, window_mel
+from .windowing import FRAMES_PER_SECOND, LogMel, seek_clips, split_segments
 
-# openai-whisper transcribe()'s defaults for when to retry a window at a higher temperature
+# openai-whisper transcribe()'s temperatures for retrying a window that failed
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-COMPRESSION_RATIO_THRESHOLD = 2.4
-LOGPROB_THRESHOLD = -1.0
+DIGITAL_SILENCE_RMS = 1e-3  # about -60 dBFS (DecodeOptions.skip_digital_silence)
 
 _process = psutil.Process()
 
@@ -106,44 +106,59 @@ def stream_transcribe(
 ) -> Iterator[Union[TokenEvent, DecodeResult]]:
     """Transcribe float32 mono 16 kHz `audio`, yielding a TokenEvent per decoder step and,
     last, the DecodeResult. Closing the generator early frees its cache (and removes the
-    hooks in "hooks" mode)."""
+    hooks in "hooks" mode).
+
+    The windows follow openai-whisper's transcribe() step for step (seek, fallback, the
+    no-speech rule, the prompt and its reset, word-timestamp seeking, clip_timestamps,
+    hallucination_silence_threshold), so the result is its result. A window's tokens are
+    shown as they are chosen; when the window is then retried, skipped as silent or ends
+    in an unfinished segment (decoded again by the next window), the transcript of the
+    next event, or the result, no longer holds them."""
     options = options or DecodeOptions()
     audio = np.ascontiguousarray(audio, dtype=np.float32)
     dtype = torch.float16 if model.decoder.token_embedding.weight.dtype == torch.float16 else torch.float32
-
-    content_frames = len(audio) // HOP_LENGTH
+    mel = LogMel(audio, model.dims.n_mels)
+    content_frames = mel.content_frames
+    content_duration = content_frames * HOP_LENGTH / SAMPLE_RATE
     input_stride = N_FRAMES // model.dims.n_audio_ctx  # mel frames per timestamp step: 2
     time_precision = input_stride * HOP_LENGTH / SAMPLE_RATE  # 0.02 s
+    clips = seek_clips(options.clip_timestamps, content_frames)
 
     stats = _Stats()
     language = options.language
     tokenizer = None
-    all_tokens: List[int] = []  # every window's tokens, for the prompt of the next
+    prompt = _Prompt(options, model.dims.n_text_ctx)
     segments: List[Segment] = []
     transcript = ""
     step = 0
     no_speech_prob = 0.0
-    prompt_tokens: List[int] = []
     window = -1
-    seek = 0
-    last_speech_end = 0.0  # of the previous window's words (word timestamps)
+    last_speech_end = 0.0  # of the words so far (word timestamps)
 
-    while seek < content_frames:
+    clip_index, seek = 0, clips[0][0]
+    while clip_index < len(clips):  # transcribe()'s loop over clips and windows, as flat
+        clip_start, clip_end = clips[clip_index]
+        seek = max(seek, clip_start)
+        if seek >= clip_end:
+            clip_index += 1
+            if clip_index < len(clips):
+                seek = clips[clip_index][0]
+            continue
         window += 1
-        segment_size = min(N_FRAMES, content_frames - seek)
+        segment_size = min(N_FRAMES, content_frames - seek, clip_end - seek)
         time_offset = seek * HOP_LENGTH / SAMPLE_RATE
-        window_audio = audio[seek * HOP_LENGTH : (seek + segment_size) * HOP_LENGTH]
-        if _rms(window_audio) < options.silence_rms:
-            # Digital silence: Whisper would only invent text here, so don't ask it.
+        window_end_time = (seek + N_FRAMES) * HOP_LENGTH / SAMPLE_RATE
+        text_before_window = _text(tokenizer, prompt.said) if tokenizer else ""
+        if options.skip_digital_silence and _rms(
+                audio[seek * HOP_LENGTH : (seek + segment_size) * HOP_LENGTH]) < DIGITAL_SILENCE_RMS:
             stats.skipped_windows += 1
             seek += segment_size
-            all_tokens.clear()
+            prompt.after_silence()
             continue
 
         frames = encoder_frames(segment_size, options.encode_audio_only)
-        mel_window = window_mel(audio, seek, segment_size, model.dims.n_mels, frames)
         encoder_before = stats.encoder_ms
-        audio_features = _encode(model, mel_window.to(model.device, dtype).unsqueeze(0), stats)
+        audio_features = _encode(model, mel.window(seek, segment_size, frames).to(model.device, dtype).unsqueeze(0), stats)
         # where the decoder is: this window in the audio, and how many windows remain at most
         where = dict(window_start=time_offset,
                      window_end=(seek + segment_size) * HOP_LENGTH / SAMPLE_RATE,
@@ -152,21 +167,21 @@ def stream_transcribe(
                      window_encoder_ms=stats.encoder_ms - encoder_before)
 
         if tokenizer is None:
-            language = language or _detect_language(model, audio_features)
+            if language is None:
+                language = _detect_language(model, mel, audio_features, dtype, stats,
+                                            from_window=options.detect_language_from_window
+                                            or (seek == 0 and segment_size == N_FRAMES == frames))
             tokenizer = get_tokenizer(
                 model.is_multilingual, num_languages=model.num_languages,
                 language=language, task=options.task,
             )
-            if options.prompt:
-                prompt_tokens = tokenizer.encode(" " + options.prompt.strip())
+            prompt.start(tokenizer)
 
         outcome = None
-        text_before_window = transcript
         for attempt, temperature in enumerate(_temperatures(options)):
             first_of_attempt = True
             decoding = _Returning(decode_window(
-                model, audio_features, tokenizer, options, language, temperature,
-                prompt_tokens + all_tokens,
+                model, audio_features, tokenizer, options, language, temperature, prompt.tokens(),
                 # the draft is what an earlier decode of this same audio start said first
                 draft=options.draft_tokens if seek == 0 else None,
                 prefix=options.prefix_tokens if seek == 0 else None,
@@ -201,30 +216,108 @@ def stream_transcribe(
             transcript = text_before_window  # the retry replaces this window's text
 
         no_speech_prob = outcome.no_speech_prob
-        if outcome.silent:
+        if _is_silent(outcome, options):
             stats.skipped_windows += 1
             seek += segment_size
-            all_tokens.clear()  # text from before a silence would prompt invented text after it
+            prompt.after_silence()
+            outcome.cross_kv = None
+            transcript = text_before_window  # what was shown of it is taken back
             continue
 
+        previous_seek = seek
         window_segments, advance = split_segments(
-            outcome.tokens, tokenizer, time_offset, segment_size, time_precision, input_stride
-        )
-        if options.word_timestamps or options.attention:  # the attention view plays words
-            last_speech_end = add_word_timestamps(
-                window_segments, model, tokenizer, audio_features, segment_size, time_offset,
-                last_speech_end, cross_kv=outcome.cross_kv)
-        outcome.cross_kv = None  # not held while the next window decodes
-        segments.extend(s for s in window_segments if s.text.strip())
-        transcript = text_before_window + tokenizer.decode(
-            [t for t in outcome.tokens if t < tokenizer.eot])
+            outcome.tokens, tokenizer, time_offset, segment_size, time_precision, input_stride)
+        for segment in window_segments:
+            segment.temperature, segment.avg_logprob = outcome.temperature, outcome.avg_logprob
+            segment.compression_ratio = outcome.compression_ratio(tokenizer)
+            segment.no_speech_prob = outcome.no_speech_prob
         seek += advance
-        if options.condition_on_previous_text and temperature < 0.5:
-            all_tokens.extend(outcome.tokens)
-        else:
-            all_tokens.clear()  # openai-whisper drops the prompt after a high-temperature window
+        if options.word_timestamps or options.attention:  # the attention view plays words
+            window_speech_end = add_word_timestamps(
+                window_segments, model, tokenizer, audio_features, segment_size, time_offset,
+                last_speech_end, cross_kv=outcome.cross_kv,
+                probabilities=options.hallucination_silence_threshold is not None)
+        outcome.cross_kv = None  # not held while the next window decodes
+        if options.word_timestamps:
+            single_timestamp_ending = _ends_single_timestamp(outcome.tokens, tokenizer)
+            if not single_timestamp_ending:  # transcribe seeks to the last word's end
+                end = last_word_end(window_segments)
+                if end is not None and end > time_offset:
+                    seek = round(end * FRAMES_PER_SECOND)
+            if options.hallucination_silence_threshold is not None:
+                cut = skip_silence_around_hallucinations(
+                    window_segments, options.hallucination_silence_threshold, seek=seek,
+                    previous_seek=previous_seek, segment_size=segment_size,
+                    single_timestamp_ending=single_timestamp_ending, time_offset=time_offset,
+                    window_end_time=window_end_time, last_speech_end=last_speech_end,
+                    content_duration=content_duration, content_frames=content_frames)
+                seek = cut.seek
+                if cut.discard_window:
+                    transcript = text_before_window
+                    continue
+            end = last_word_end(window_segments)
+            if end is not None:
+                last_speech_end = end
+        elif options.attention:
+            last_speech_end = window_speech_end
 
+        for segment in window_segments:  # transcribe keeps these, empty
+            if segment.start == segment.end or not segment.text.strip():
+                segment.text, segment.tokens, segment.words = "", [], []
+        segments.extend(s for s in window_segments if s.text)
+        prompt.add(window_segments, outcome.temperature)
+        transcript = _text(tokenizer, prompt.said)
+
+    transcript = _text(tokenizer, prompt.said) if tokenizer else ""
     yield stats.result(transcript, segments, language or "en", options, no_speech_prob)
+
+
+class _Prompt:
+    """transcribe()'s all_tokens: the initial prompt, then the text of every kept segment,
+    and where the prompt was last reset. A window is prompted with what follows the reset
+    (the last n_text_ctx/2 - 1 tokens of it, window_decode cuts)."""
+
+    def __init__(self, options: DecodeOptions, n_text_ctx: int):
+        self.options = options
+        self.all_tokens: List[int] = []
+        self.initial: List[int] = []
+        self.reset_since = 0
+        self.room = n_text_ctx // 2 - 1
+
+    def start(self, tokenizer) -> None:
+        if self.options.prompt:
+            self.initial = tokenizer.encode(" " + self.options.prompt.strip())
+            self.all_tokens.extend(self.initial)
+            self.room -= len(self.initial)
+
+    def tokens(self) -> List[int]:
+        if not self.options.carry_initial_prompt:
+            return self.all_tokens[self.reset_since:]
+        ignored = max(len(self.initial), self.reset_since)
+        return self.initial + self.all_tokens[ignored:][-self.room:]
+
+    @property
+    def said(self) -> List[int]:
+        """The transcript's tokens: everything kept, without the initial prompt."""
+        return self.all_tokens[len(self.initial):]
+
+    def add(self, window_segments: List[Segment], temperature: float) -> None:
+        self.all_tokens.extend(t for s in window_segments for t in s.tokens)
+        if not self.options.condition_on_previous_text or temperature > 0.5:
+            self.reset_since = len(self.all_tokens)  # a high temperature's text prompts no more
+
+    def after_silence(self) -> None:
+        if self.options.reset_prompt_after_silence:
+            self.reset_since = len(self.all_tokens)
+
+
+def _text(tokenizer, tokens: List[int]) -> str:
+    return tokenizer.decode([t for t in tokens if t < tokenizer.eot])
+
+
+def _ends_single_timestamp(tokens: List[int], tokenizer) -> bool:
+    stamps = [t >= tokenizer.timestamp_begin for t in tokens[-2:]]
+    return stamps == [False, True]
 
 
 def transcribe(model: Whisper, audio: np.ndarray, options: Optional[DecodeOptions] = None) -> DecodeResult:
@@ -255,12 +348,18 @@ def _encode(model, mel_window, stats: _Stats):
     return audio_features
 
 
-def _detect_language(model: Whisper, audio_features) -> str:
+def _detect_language(model: Whisper, mel: LogMel, window_features, dtype, stats: _Stats,
+                     from_window: bool) -> str:
+    """transcribe()'s detection: over the first 30 s of the file's padded log-mel, which is
+    the first window's when that is a full 30 s at the start (its features serve then);
+    from_window: the first decoded window's features in any case."""
     if not model.is_multilingual:
         return "en"
+    features = window_features if from_window else _encode(
+        model, mel.first_30s().to(model.device, dtype).unsqueeze(0), stats)
     # No lock needed: a hooks decode runs its own copy of the decoder's modules (cache.py).
     with torch.inference_mode():
-        _, probs = model.detect_language(audio_features)
+        _, probs = model.detect_language(features)
     return max(probs[0], key=probs[0].get)
 
 
@@ -272,8 +371,21 @@ def _needs_fallback(outcome: WindowOutcome, tokenizer, options: DecodeOptions) -
     """openai-whisper transcribe()'s test: too repetitive or too unlikely, unless silent."""
     if not options.temperature_fallback or outcome.silent:
         return False
-    return (outcome.compression_ratio(tokenizer) > COMPRESSION_RATIO_THRESHOLD
-            or outcome.avg_logprob < LOGPROB_THRESHOLD)
+    repetitive = (options.compression_ratio_threshold is not None
+                  and outcome.compression_ratio(tokenizer) > options.compression_ratio_threshold)
+    improbable = options.logprob_threshold is not None and outcome.avg_logprob < options.logprob_threshold
+    no_speech = options.no_speech_threshold is not None and outcome.no_speech_prob > options.no_speech_threshold
+    return (repetitive or improbable) and not (no_speech and improbable)  # silence is no failure
+
+
+def _is_silent(outcome: WindowOutcome, options: DecodeOptions) -> bool:
+    """transcribe()'s no-speech rule: P(no speech) above the threshold and the text
+    improbable (a confident transcript is kept, whatever P(no speech) says)."""
+    if outcome.silent:  # judged at the first step (no_speech_before_decoding)
+        return True
+    if options.no_speech_threshold is None or outcome.no_speech_prob <= options.no_speech_threshold:
+        return False
+    return options.logprob_threshold is None or outcome.avg_logprob <= options.logprob_threshold
 
 
 def _stable(text: str) -> str:

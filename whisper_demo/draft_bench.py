@@ -64,7 +64,7 @@ def measure_growing(model, audio: np.ndarray, first_s: float = 3.0, step_s: floa
                     repeats: int = 3, options: Optional[DecodeOptions] = None) -> List[Redecode]:
     """Re-decode audio[:3 s], audio[:4 s], ... with and without the previous tokens as the
     draft; one Redecode per buffer after the first (which has no previous decode)."""
-    options = options or DecodeOptions()
+    options = options or DecodeOptions(temperature_fallback=False)  # a draft serves greedy decoding
     transcribe(model, audio[: int(first_s * SAMPLE_RATE)], options)  # warm-up
     rows, previous = [], None
     seconds = first_s

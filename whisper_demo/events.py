@@ -21,11 +21,36 @@ class DecodeOptions:
     language: Optional[str] = None  # None: "en" for .en models, detected otherwise
     task: str = "transcribe"  # or "translate"
     timestamps: bool = True  # needed to seek through audio longer than 30 s
-    prompt: Optional[str] = None  # text that came before this audio
-    condition_on_previous_text: bool = True  # previous window's text as the prompt
-    temperature_fallback: bool = False  # re-decode a failed window at higher temperature
-    no_speech_threshold: float = 0.6  # skip a window when P(no speech) is above this
-    silence_rms: float = 1e-3  # a window quieter than this (about -60 dBFS) is not decoded
+    # --- long-form decoding: openai-whisper transcribe()'s options, with its defaults ------
+    prompt: Optional[str] = None  # transcribe's initial_prompt: text that came before this audio
+    carry_initial_prompt: bool = False  # the prompt opens every window's prompt, not just the first
+    condition_on_previous_text: bool = True  # previous windows' text as the prompt
+    temperature_fallback: bool = True  # re-decode a failed window at 0.2, 0.4, ... 1.0
+    compression_ratio_threshold: Optional[float] = 2.4  # above it a window failed (repetitive)
+    logprob_threshold: Optional[float] = -1.0  # below it (average per token) a window failed
+    # A window is skipped as silent when P(no speech) is above this AND its average log
+    # probability is below logprob_threshold (transcribe's rule).
+    no_speech_threshold: Optional[float] = 0.6
+    # (start, end, start, end, ...) seconds of the audio to transcribe; an odd count runs
+    # the last clip to the end. () = all of it.
+    clip_timestamps: Tuple[float, ...] = ()
+    # With word_timestamps: skip silences longer than this (seconds) around a segment whose
+    # words look hallucinated (improbable, too short or too long).
+    hallucination_silence_threshold: Optional[float] = None
+    # --- deliberate differences from transcribe, off by default (README, "Long audio") ---
+    # Windows quieter than about -60 dBFS are skipped without decoding (transcribe decodes
+    # them, and almost always skips them after as no speech).
+    skip_digital_silence: bool = False
+    # A window is judged silent on P(no speech) alone at its first step, before any token is
+    # shown, instead of after decoding it (transcribe). Saves decoding silence.
+    no_speech_before_decoding: bool = False
+    # The previous windows' text is not given as the prompt after a window skipped as silent
+    # (transcribe keeps it).
+    reset_prompt_after_silence: bool = False
+    # The language is detected from the first window's encoder output, not from a separate
+    # encoder pass over the first 30 s of the file with its padding (transcribe). Saves an
+    # encoder pass on audio under 30 s (a live re-decode).
+    detect_language_from_window: bool = False
     max_tokens_per_window: Optional[int] = None  # default: n_text_ctx // 2 as openai-whisper
     # whisper.cpp's audio_ctx: encode only the window's audio (plus a margin, encoder.py)
     # instead of 30 s with padding. Faster for short audio (a live buffer); not exact.
@@ -62,6 +87,9 @@ class DecodeOptions:
             raise ValueError("the hooks mode runs openai-whisper's modules as they are: exact precision only")
         if self.beam_size < 1:
             raise ValueError("beam_size must be at least 1")
+        object.__setattr__(self, "clip_timestamps", tuple(float(t) for t in self.clip_timestamps))
+        if any(t < 0 for t in self.clip_timestamps):
+            raise ValueError("clip_timestamps are seconds from the start: none below 0")
         for name in ("draft_tokens", "prefix_tokens"):
             if getattr(self, name) is not None:
                 # a tuple keeps the options hashable and equal by value, whatever was passed
@@ -140,6 +168,11 @@ class Segment:
     text: str
     tokens: List[int]
     words: list = field(default_factory=list)  # timing.Word, with DecodeOptions.word_timestamps
+    # how its window was decoded (openai-whisper's segment fields of the same names)
+    temperature: float = 0.0
+    avg_logprob: float = 0.0
+    compression_ratio: float = 0.0
+    no_speech_prob: float = 0.0
 
 
 @dataclass
@@ -160,7 +193,7 @@ class DecodeResult:
     peak_cross_cache_bytes: int
     peak_rss_bytes: int
     latencies_ms: List[float] = field(default_factory=list)
-    skipped_windows: int = 0  # windows judged silent (no text produced)
+    skipped_windows: int = 0  # windows judged silent (no text kept)
     no_speech_prob: float = 0.0  # of the last window decoded
     draft_offered: int = 0  # draft tokens checked (0 when there was none, or it was ignored)
     draft_accepted: int = 0  # of those, how many the model confirmed (TokenEvent.from_draft)

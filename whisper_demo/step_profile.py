@@ -81,7 +81,8 @@ def main(argv=None) -> int:
     features = encode(model, window_mel(audio, 0, 3000, model.dims.n_mels).unsqueeze(0))
     tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages, language="en")
     options = DecodeOptions(beam_size=args.beam_size, precision=args.precision, timestamps=False,
-                            no_speech_threshold=1.0, max_tokens_per_window=5 + args.steps)
+                            no_speech_threshold=1.0, temperature_fallback=False,
+                            max_tokens_per_window=5 + args.steps)
     runner = decoder_runner(model, args.precision)
     originals = {}
     for i, b in enumerate(runner.blocks):

@@ -60,14 +60,20 @@ class Word:
     text: str  # as Whisper wrote it, with its leading space and punctuation
     start: float
     end: float
+    # the mean probability of its tokens (openai-whisper's word "probability"); computed
+    # only when asked for (add_word_timestamps(probabilities=True)): nan otherwise
+    probability: float = float("nan")
 
 
 def align_words(model, tokenizer: Tokenizer, audio_features: torch.Tensor,
-                text_tokens: Sequence[int], num_frames: int, cross_kv=None) -> List[WordTiming]:
+                text_tokens: Sequence[int], num_frames: int, cross_kv=None,
+                probabilities: bool = False) -> List[WordTiming]:
     """openai-whisper's `find_alignment`, over audio features already computed. Times are
     in seconds from the start of the window; num_frames is the window's mel frames of
     real audio (the padding after it is not searched). cross_kv: the exact runner's
-    cross_keys_values of these features, if the decode already projected them."""
+    cross_keys_values of these features, if the decode already projected them.
+    probabilities: also each word's probability (the vocabulary projection at every text
+    position, which the times alone do not need); nan otherwise."""
     if not text_tokens:
         return []
     runner = decoder_runner(model, "exact")
@@ -81,8 +87,14 @@ def align_words(model, tokenizer: Tokenizer, audio_features: torch.Tensor,
         scratch = [(torch.empty(shape, dtype=runner.dtype, device=device),
                     torch.empty(shape, dtype=runner.dtype, device=device)) for _ in runner.blocks]
         cross_qk: List[torch.Tensor] = []
-        runner.forward(torch.tensor([tokens], device=device), 0, scratch, cross_kv,
-                       logit_positions=[], cross_qk=cross_qk)
+        first = len(tokenizer.sot_sequence)  # the no-timestamps token predicts the first word
+        positions = list(range(first, first + len(text_tokens))) if probabilities else []
+        logits = runner.forward(torch.tensor([tokens], device=device), 0, scratch, cross_kv,
+                                logit_positions=positions, cross_qk=cross_qk)
+        token_probs = [float("nan")] * len(text_tokens)
+        if probabilities:
+            probs = logits[0, :, : tokenizer.eot].float().softmax(dim=-1)
+            token_probs = probs[torch.arange(len(text_tokens)), torch.tensor(list(text_tokens))].tolist()
         layers, heads = model.alignment_heads.indices()
         weights = torch.stack([cross_qk[layer][0, head] for layer, head in zip(layers.tolist(), heads.tolist())])
         weights = weights[:, :, : num_frames // 2].softmax(dim=-1)
@@ -98,19 +110,21 @@ def align_words(model, tokenizer: Tokenizer, audio_features: torch.Tensor,
     jumps = np.pad(np.diff(text_indices), (1, 0), constant_values=1).astype(bool)
     jump_times = time_indices[jumps] / TOKENS_PER_SECOND
     starts, ends = jump_times[boundaries[:-1]], jump_times[boundaries[1:]]
-    return [WordTiming(word, toks, float(start), float(end), float("nan"))
-            for word, toks, start, end in zip(words, word_tokens, starts, ends)]
+    word_probs = [float(np.mean(token_probs[i:j])) for i, j in zip(boundaries[:-1], boundaries[1:])]
+    return [WordTiming(word, toks, float(start), float(end), probability)
+            for word, toks, start, end, probability in zip(words, word_tokens, starts, ends, word_probs)]
 
 
 def add_word_timestamps(segments, model, tokenizer: Tokenizer, audio_features: torch.Tensor,
                         num_frames: int, time_offset: float, last_speech_end: float,
-                        cross_kv=None) -> float:
+                        cross_kv=None, probabilities: bool = False) -> float:
     """Give each of one window's segments its `words` (Word, in stream seconds), following
     openai-whisper's `add_word_timestamps`. Returns the end of the last speech, which the
-    next window's call takes as `last_speech_end`. cross_kv: see align_words."""
+    next window's call takes as `last_speech_end`. cross_kv, probabilities: see align_words."""
     per_segment = [[t for t in s.tokens if t < tokenizer.eot] for s in segments]
     alignment = align_words(model, tokenizer, audio_features,
-                            list(itertools.chain.from_iterable(per_segment)), num_frames, cross_kv)
+                            list(itertools.chain.from_iterable(per_segment)), num_frames, cross_kv,
+                            probabilities)
     if not alignment:
         return last_speech_end
     durations = np.array([t.end - t.start for t in alignment])
@@ -132,14 +146,15 @@ def add_word_timestamps(segments, model, tokenizer: Tokenizer, audio_features: t
         words, taken = [], 0
         while index < len(alignment) and taken < len(tokens):
             timing = alignment[index]
-            if timing.word:
-                words.append([timing.word, time_offset + timing.start, time_offset + timing.end])
+            if timing.word:  # rounded first, as openai-whisper does, so the clipping compares alike
+                words.append([timing.word, round(time_offset + timing.start, 2),
+                              round(time_offset + timing.end, 2), timing.probability])
             taken += len(timing.tokens)
             index += 1
         if words:
             _clip_segment_edges(words, segment, median, longest, last_speech_end)
             last_speech_end = segment.end
-        segment.words = [Word(text, round(start, 2), round(end, 2)) for text, start, end in words]
+        segment.words = [Word(text, start, end, probability) for text, start, end, probability in words]
     return last_speech_end
 
 

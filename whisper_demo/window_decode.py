@@ -31,7 +31,8 @@ class WindowOutcome:
     tokens: List[int] = field(default_factory=list)  # text + timestamps, no specials
     no_speech_prob: float = 0.0
     avg_logprob: float = 0.0
-    silent: bool = False  # judged silent before any token was emitted
+    temperature: float = 0.0  # of this attempt
+    silent: bool = False  # judged silent before any token was emitted (no_speech_before_decoding)
     peak_self_cache_bytes: int = 0
     peak_cross_cache_bytes: int = 0
     draft_offered: int = 0  # draft tokens checked in this attempt
@@ -43,7 +44,8 @@ class WindowOutcome:
     cross_kv: Optional[list] = None
 
     def compression_ratio(self, tokenizer: Tokenizer) -> float:
-        text = tokenizer.decode(self.tokens).encode("utf-8")
+        """openai-whisper's: gzip's ratio over the window's text (timestamps left out, stripped)."""
+        text = tokenizer.decode(self.tokens).strip().encode("utf-8")
         return len(text) / len(zlib.compress(text)) if text else 0.0
 
 
@@ -96,7 +98,7 @@ def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOp
     timestamp rules read them as this window's text (a timestamp may not go back before
     theirs). They are the start of outcome.tokens.
     """
-    outcome = WindowOutcome()
+    outcome = WindowOutcome(temperature=temperature)
     beam = options.beam_size > 1 and temperature == 0
     n_ctx = model.dims.n_text_ctx
     # openai-whisper's transcribe keeps the last n_ctx/2 - 1 tokens of history
@@ -143,7 +145,8 @@ def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOp
                     last_logits, sot_logits = cache.step_logits(tokens, audio_features, task.sot_index)
                 if i == 0 and tokenizer.no_speech is not None:
                     outcome.no_speech_prob = sot_logits[0].softmax(-1)[tokenizer.no_speech].item()
-                    if outcome.no_speech_prob > options.no_speech_threshold:
+                    if (options.no_speech_before_decoding and options.no_speech_threshold is not None
+                            and outcome.no_speech_prob > options.no_speech_threshold):
                         # Decided before anything is shown: a silent window adds no text.
                         outcome.silent = True
                         return outcome

@@ -234,7 +234,8 @@ def offline_transcripts(model, stream: Stream, options: DecodeOptions):
     """(greedy, with temperature fallback, word ends for speech -> commit) of the whole stream."""
     import torch
 
-    offline = transcribe(model, stream.audio, replace(options, word_timestamps=True))
+    offline = transcribe(model, stream.audio, replace(options, word_timestamps=True,
+                                                      temperature_fallback=False))
     torch.manual_seed(0)  # the fallback samples at temperatures above 0
     fallback = transcribe(model, stream.audio, replace(options, temperature_fallback=True,
                                                        word_timestamps=True))

@@ -50,7 +50,14 @@ def model_decoder(model, options: Optional[DecodeOptions] = None) -> Decoder:
     """The real decoder: stream_transcribe with word timestamps, the prompt, the committed
     words of the buffer as the transcript's given start, and the previous hypothesis as a
     draft that one decoder pass confirms (speculative.py)."""
-    options = replace(options or DecodeOptions(), word_timestamps=True, timestamps=True)
+    # A live re-decode takes what is fast where transcribe() is thorough: no retry at higher
+    # temperatures (a loop is the policy's to handle, decoder.looped), digital silence and
+    # no-speech windows skipped before any token, no prompt carried across a silence, the
+    # language read from the buffer's own window (events.DecodeOptions says each).
+    options = replace(options or DecodeOptions(), word_timestamps=True, timestamps=True,
+                      temperature_fallback=False, skip_digital_silence=True,
+                      no_speech_before_decoding=True, reset_prompt_after_silence=True,
+                      detect_language_from_window=True)
     # Text is encoded alike in every language and task; only the special tokens differ.
     tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages)
 

@@ -79,7 +79,7 @@ def session_texts(model, options: DecodeOptions, audio: np.ndarray, costs: Decod
 
     torch.manual_seed(0)  # the fallback samples at temperatures above 0
     return {
-        "offline": transcribe(model, audio, options).text,
+        "offline": transcribe(model, audio, replace(options, temperature_fallback=False)).text,
         "fallback": transcribe(model, audio, replace(options, temperature_fallback=True)).text,
         "fast": feed_fast(model, options, audio, 0.1, config).committed,
         "paced": feed_paced(model, options, audio, 0.1, config, costs).committed,
