@@ -10,7 +10,9 @@ model from the store. The microphone's `.stream` handler only queues the chunk a
 waits for the decoder); a gr.Timer redraws the view from the worker's immutable LiveView
 (live_view.py: committed text in normal type, tentative text grey and italic, the cache
 panel and the latency chart) where it changed. Stop commits the rest. The registry closes
-sessions idle for its timeout, so an abandoned tab frees its thread and audio.
+sessions with no audio, or only silence, for the server's quiet limit, so an abandoned tab
+frees its thread and audio, and refuses a session past its limit of sessions at once
+(limits.py); a session that ended so, or failed, keeps its text on its page until Record.
 """
 
 from __future__ import annotations
