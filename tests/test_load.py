@@ -14,11 +14,14 @@ import threading
 import time
 
 import psutil
+import pytest
 
 from app_server import running_app
 from page_client import PageClient, write_chunks
 from whisper_demo.audio import SAMPLE_RATE, load_audio
 from whisper_demo.examples import clip_path
+
+pytestmark = pytest.mark.model  # a real server with tiny.en (conftest sorts by fixtures; this has none)
 
 UPLOADERS = 10
 STREAMERS = 10
