@@ -122,6 +122,10 @@ def parser() -> argparse.ArgumentParser:
                    help="exact: the model's own weights, tokens equal openai-whisper's. int8: the "
                         "fast mode, the vocabulary projection as an int8 matmul (CPU; static and "
                         "off modes). Default exact")
+    p.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="seed of the sampling in a window that falls back to a higher temperature: "
+                        "the same file gives the same transcript every run, the one openai-whisper's "
+                        "transcribe gives after torch.manual_seed(N). Default 0")
     shared = p.add_argument_group(
         "sharing the app",
         "Beyond this computer (--host other than 127.x/localhost/::1, or --share) visitors "
@@ -287,7 +291,7 @@ def main(argv=None) -> int:
     # The page's starting choices and the terminal mic's options, by the same rule as the page.
     try:
         options = decode_options(DecodeOptions(), cache=args.cache, beam_size=args.beam_size,
-                                 precision=args.precision)
+                                 precision=args.precision, seed=args.seed)
     except ValueError as exc:
         fail(str(exc))
     if options.precision != args.precision:

@@ -170,3 +170,23 @@ def test_token_events_from_a_flagged_decode_report_the_flagged_mode(tiny_model, 
     options = DecodeOptions(cache=args.cache, beam_size=args.beam_size, precision=args.precision)
     events = [e for e in stream_transcribe(tiny_model, clip("short_3s.wav"), options) if isinstance(e, TokenEvent)]
     assert events and {(e.cache_mode, e.beam_size) for e in events} == {("hooks", 2)}
+
+
+def test_seed_flag_seeds_every_page_decode(served, monkeypatch):
+    """--seed reaches the page's decodes (DecodeOptions.seed, default 0): a file that falls
+    back gives the same transcript every run, openai-whisper's after torch.manual_seed(N)."""
+    from whisper_demo.ui import transcribe_tab
+
+    seeds = []
+    real_stream = transcribe_tab.stream_transcribe
+
+    def stream(model, samples, options):
+        seeds.append(options.seed)
+        return real_stream(model, samples, options)
+
+    monkeypatch.setattr(transcribe_tab, "stream_transcribe", stream)
+    for argv, expected in (((), 0), (("--seed", "7"), 7)):
+        app = served(*argv)["app"]
+        values = [str(JFK)] + [c.value for c in page_controls(app)["inputs"][1:]]
+        list(handler(app, "transcribe")(*values))
+        assert seeds[-1] == expected

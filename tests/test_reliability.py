@@ -503,9 +503,11 @@ def test_one_hour_file_decodes_window_by_window(tiny_model, clip, hour_file, mon
 
     with pytest.raises(AudioError, match="600"):
         load_audio(hour_file)  # the default limit refuses it, saying the limit
-    # The app's default options (previous-text prompt on): a silent window must end the
-    # prompt, or 28 min later short_3s is lost and a phantom line from the jfk clip appears
-    result, peak_growth, _ = _decode_hour(tiny_model, hour_file, DecodeOptions(cache="static"))
+    # The silence shortcuts (openai-whisper's transcribe decodes every window): digital
+    # silence is not decoded, and a silent window ends the previous-text prompt, or 28 min
+    # later short_3s is lost and a phantom line from the jfk clip appears
+    options = DecodeOptions(cache="static", skip_digital_silence=True, reset_prompt_after_silence=True)
+    result, peak_growth, _ = _decode_hour(tiny_model, hour_file, options)
     assert _missing_clips(result, clip) == [], [(s.start, s.end, s.text) for s in result.segments]
     assert "country" not in " ".join(s.text for s in result.segments if 1700 < s.start < 3470).lower()
     # silent windows are skipped without running the model: ~120 windows, the speech sits
@@ -515,10 +517,11 @@ def test_one_hour_file_decodes_window_by_window(tiny_model, clip, hour_file, mon
     print(f"encoder runs: {len(encoded)}")
     assert len(encoded) <= 2 * len(CLIPS_AT), f"the encoder ran on {len(encoded)} windows"
     # Memory. Counted from before the file is read: the 1 h input itself is 230 MB of
-    # float32 (plus soundfile's read buffer while loading); per-window state (one 30 s
-    # log-mel, encoder output, caches) is tens of MB. Measured: +360-440 MiB. A log-mel of
-    # the whole file up front (as decode.py once did) peaks at +1.8 GiB for this hour, so
-    # 700 MiB allows noise and still fails if memory grows with the file's length again.
+    # float32 (plus soundfile's read buffer while loading); the file's log-mel before its
+    # floor is 115 MB (windowing.LogMel, computed a window at a time); per-window state
+    # (encoder output, caches) is tens of MB. openai-whisper's log-mel of the whole file at
+    # once peaks at +1.8 GiB for this hour, so 700 MiB allows noise and still fails if the
+    # STFT of the whole file is held again.
     assert peak_growth < 700 * 2**20, f"peak RSS grew by {peak_growth / 2**20:.0f} MiB"
 
 

@@ -21,7 +21,7 @@ from whisper.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE
 from whisper.model import Whisper
 from whisper.tokenizer import get_tokenizer
 
-from .encoder import encode, encoder_frames
+from .encoder import encode, encoder_dtype, encoder_frames
 from .events import DecodeOptions, DecodeResult, Segment, StepAttention, TokenEvent
 from .hallucination import last_word_end, skip_silence_around_hallucinations
 from .timing import add_word_timestamps
@@ -54,6 +54,7 @@ class _Stats:
     def __init__(self):
         self.latencies_ms: List[float] = []
         self.encoder_ms = 0.0
+        self.encoder_dtype = "float32"  # what the encoder computed in (encoder.encoder_dtype)
         self.peak_self = 0
         self.peak_cross = 0
         self.peak_rss = 0
@@ -85,6 +86,7 @@ class _Stats:
             n_tokens=len(self.latencies_ms),
             decode_seconds=decode_seconds,
             encoder_ms=self.encoder_ms,
+            encoder_dtype=self.encoder_dtype,
             tokens_per_second=len(self.latencies_ms) / decode_seconds if decode_seconds else 0.0,
             mean_latency_ms=float(latencies.mean()),
             p95_latency_ms=float(np.percentile(latencies, 95)),
@@ -125,6 +127,7 @@ def stream_transcribe(
     clips = seek_clips(options.clip_timestamps, content_frames)
 
     stats = _Stats()
+    generator = None if options.seed is None else torch.Generator(model.device).manual_seed(options.seed)
     language = options.language
     tokenizer = None
     prompt = _Prompt(options, model.dims.n_text_ctx)
@@ -158,19 +161,21 @@ def stream_transcribe(
 
         frames = encoder_frames(segment_size, options.encode_audio_only)
         encoder_before = stats.encoder_ms
-        audio_features = _encode(model, mel.window(seek, segment_size, frames).to(model.device, dtype).unsqueeze(0), stats)
+        audio_features = _encode(model, mel.window(seek, segment_size, frames).to(model.device, dtype).unsqueeze(0),
+                                 stats, options.precision)
         # where the decoder is: this window in the audio, and how many windows remain at most
         where = dict(window_start=time_offset,
                      window_end=(seek + segment_size) * HOP_LENGTH / SAMPLE_RATE,
                      audio_seconds=len(audio) / SAMPLE_RATE,
                      n_windows=window + math.ceil((content_frames - seek) / N_FRAMES),
-                     window_encoder_ms=stats.encoder_ms - encoder_before)
+                     window_encoder_ms=stats.encoder_ms - encoder_before, encoder_dtype=stats.encoder_dtype)
 
         if tokenizer is None:
             if language is None:
                 language = _detect_language(model, mel, audio_features, dtype, stats,
                                             from_window=options.detect_language_from_window
-                                            or (seek == 0 and segment_size == N_FRAMES == frames))
+                                            or (seek == 0 and segment_size == N_FRAMES == frames),
+                                            precision=options.precision)
             tokenizer = get_tokenizer(
                 model.is_multilingual, num_languages=model.num_languages,
                 language=language, task=options.task,
@@ -184,7 +189,7 @@ def stream_transcribe(
                 model, audio_features, tokenizer, options, language, temperature, prompt.tokens(),
                 # the draft is what an earlier decode of this same audio start said first
                 draft=options.draft_tokens if seek == 0 else None,
-                prefix=options.prefix_tokens if seek == 0 else None,
+                prefix=options.prefix_tokens if seek == 0 else None, generator=generator,
             ))
             for decoded in decoding:
                 new_text = tokenizer.decode([t for t in decoded.window_tokens if t < tokenizer.eot])
@@ -341,22 +346,23 @@ def _place(raw: Optional[RawAttention], time_offset: float, segment_size: int,
                          positions=raw.positions, parent=raw.parent, beam_sources=raw.beam_sources)
 
 
-def _encode(model, mel_window, stats: _Stats):
+def _encode(model, mel_window, stats: _Stats, precision: str):
     started = time.perf_counter()
-    audio_features = encode(model, mel_window)
+    stats.encoder_dtype = encoder_dtype(model, precision)
+    audio_features = encode(model, mel_window, precision)
     stats.encoder_ms += (time.perf_counter() - started) * 1000
     return audio_features
 
 
 def _detect_language(model: Whisper, mel: LogMel, window_features, dtype, stats: _Stats,
-                     from_window: bool) -> str:
+                     from_window: bool, precision: str) -> str:
     """transcribe()'s detection: over the first 30 s of the file's padded log-mel, which is
     the first window's when that is a full 30 s at the start (its features serve then);
     from_window: the first decoded window's features in any case."""
     if not model.is_multilingual:
         return "en"
     features = window_features if from_window else _encode(
-        model, mel.first_30s().to(model.device, dtype).unsqueeze(0), stats)
+        model, mel.first_30s().to(model.device, dtype).unsqueeze(0), stats, precision)
     # No lock needed: a hooks decode runs its own copy of the decoder's modules (cache.py).
     with torch.inference_mode():
         _, probs = model.detect_language(features)

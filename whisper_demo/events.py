@@ -17,7 +17,9 @@ PRECISIONS = ("exact", "int8")  # int8: the fast mode, see runner.py
 class DecodeOptions:
     cache: str = "static"  # "static" (ours), "hooks" (openai-whisper's), "off"
     beam_size: int = 1  # 1 = greedy
-    precision: str = "exact"  # "int8": quantized decoder matmuls (static and off modes, CPU)
+    # "int8", the fast mode: quantized decoder matmuls (static and off modes, CPU) and the
+    # encoder in bfloat16 where the CPU has it (encoder.encoder_dtype)
+    precision: str = "exact"
     language: Optional[str] = None  # None: "en" for .en models, detected otherwise
     task: str = "transcribe"  # or "translate"
     timestamps: bool = True  # needed to seek through audio longer than 30 s
@@ -37,6 +39,11 @@ class DecodeOptions:
     # With word_timestamps: skip silences longer than this (seconds) around a segment whose
     # words look hallucinated (improbable, too short or too long).
     hallucination_silence_threshold: Optional[float] = None
+    # The windows that fall back sample at temperatures above 0. None: from torch's global
+    # generator, as transcribe does (the same draws after torch.manual_seed(n)); a number:
+    # from a generator of this decode's own seeded with it, the draws transcribe makes
+    # after torch.manual_seed(seed), whatever else samples in the process meanwhile.
+    seed: Optional[int] = None
     # --- deliberate differences from transcribe, off by default (README, "Long audio") ---
     # Windows quieter than about -60 dBFS are skipped without decoding (transcribe decodes
     # them, and almost always skips them after as no speech).
@@ -158,6 +165,7 @@ class TokenEvent:
     prompt_tokens: int = 0  # previous text given as the prompt (0 for the first window)
     prefill_tokens: int = 0  # positions the first step of this window filled (prompt + SOT + prefix)
     window_encoder_ms: float = 0.0  # the encoder time of this window's audio
+    encoder_dtype: str = "float32"  # what the encoder computed in: "bfloat16" in the fast mode where the CPU has it
     attention: Optional[StepAttention] = field(default=None, compare=False)  # DecodeOptions.attention
 
 
@@ -199,3 +207,4 @@ class DecodeResult:
     draft_accepted: int = 0  # of those, how many the model confirmed (TokenEvent.from_draft)
     draft_passes: int = 0  # decoder forwards that checked draft tokens (speculative.py)
     prefix_given: int = 0  # DecodeOptions.prefix_tokens taken as said (not decoded)
+    encoder_dtype: str = "float32"  # as TokenEvent.encoder_dtype

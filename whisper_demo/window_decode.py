@@ -16,7 +16,9 @@ from typing import Generator, List, Optional
 
 import numpy as np
 import torch
-from whisper.decoding import DecodingOptions, DecodingTask
+import torch.nn.functional as F
+from torch.distributions import Categorical
+from whisper.decoding import DecodingOptions, DecodingTask, GreedyDecoder
 from whisper.tokenizer import Tokenizer
 
 from .cache import make_cache
@@ -78,9 +80,33 @@ class RawAttention:
     beam_sources: tuple
 
 
+class SeededSampler(GreedyDecoder):
+    """openai-whisper's GreedyDecoder at a temperature above 0, drawing from `generator`
+    instead of torch's global generator (DecodeOptions.seed). The draws are those of
+    `Categorical(logits / temperature).sample()`, so a generator seeded with n gives what
+    transcribe gives after torch.manual_seed(n)."""
+
+    def __init__(self, temperature: float, eot: int, generator: torch.Generator):
+        super().__init__(temperature, eot)
+        self.generator = generator
+
+    def update(self, tokens, logits, sum_logprobs):
+        probs = Categorical(logits=logits / self.temperature).probs
+        next_tokens = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True,
+                                        generator=self.generator).T.reshape(probs.shape[:-1])
+        # the rest is GreedyDecoder.update's, unchanged
+        logprobs = F.log_softmax(logits.float(), dim=-1)
+        current_logprobs = logprobs[torch.arange(logprobs.shape[0]), next_tokens]
+        sum_logprobs += current_logprobs * (tokens[:, -1] != self.eot)
+        next_tokens[tokens[:, -1] == self.eot] = self.eot
+        tokens = torch.cat([tokens, next_tokens[:, None]], dim=-1)
+        return tokens, (tokens[:, -1] == self.eot).all()
+
+
 def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOptions, language: str,
                   temperature: float, previous_tokens: List[int], draft=None,
-                  prefix=None) -> Generator[Step, None, WindowOutcome]:
+                  prefix=None, generator: Optional[torch.Generator] = None
+                  ) -> Generator[Step, None, WindowOutcome]:
     """openai-whisper's DecodingTask._main_loop as a generator over steps.
 
     Yields a Step per decoder step and returns the window's WindowOutcome. The cache is
@@ -97,6 +123,9 @@ def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOp
     tokens, and the loop starts after them as if it had picked them, so openai-whisper's
     timestamp rules read them as this window's text (a timestamp may not go back before
     theirs). They are the start of outcome.tokens.
+
+    generator: what a window sampled at a temperature above 0 draws from (SeededSampler);
+    None: torch's global generator, as openai-whisper.
     """
     outcome = WindowOutcome(temperature=temperature)
     beam = options.beam_size > 1 and temperature == 0
@@ -112,6 +141,8 @@ def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOp
         fp16=audio_features.dtype == torch.float16,
     ))
     n_group = task.n_group
+    if temperature > 0 and generator is not None:
+        task.decoder = SeededSampler(temperature, tokenizer.eot, generator)
     prefix = usable_draft(prefix, tokenizer, model.dims.n_vocab) if prefix else []
     prefix = prefix[: max(0, n_ctx // 2 - len(task.initial_tokens))]  # room left to decode
     prefilled = len(task.initial_tokens) + len(prefix)

@@ -30,23 +30,19 @@ class LogMel:
     """
 
     def __init__(self, audio: np.ndarray, n_mels: int, chunk_frames: int = N_FRAMES):
-        samples = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))
-        self.content_frames = samples.numel() // HOP_LENGTH
+        audio = np.ascontiguousarray(audio, dtype=np.float32)
+        self.content_frames = audio.size // HOP_LENGTH
         # frames past these hold only zeros (a frame reaches N_FFT // 2 samples either side)
         frames = self.content_frames + N_FFT // HOP_LENGTH + 1
-        # transcribe's signal: the audio, its 30 s of zeros, reflected N_FFT // 2 at the start
-        padded = torch.nn.functional.pad(samples, (0, N_FFT + frames * HOP_LENGTH - samples.numel()))
-        head = padded[1 : N_FFT // 2 + 1].flip(0)
-        signal = torch.cat([head, padded])
         window = torch.hann_window(N_FFT)
-        filters = mel_filters(samples.device, n_mels)
+        filters = mel_filters("cpu", n_mels)
         parts = []
         with torch.inference_mode():
             for first in range(0, frames, chunk_frames):
                 last = min(frames, first + chunk_frames)
-                piece = signal[first * HOP_LENGTH : (last - 1) * HOP_LENGTH + N_FFT]
-                stft = torch.stft(piece, N_FFT, HOP_LENGTH, window=window, center=False,
-                                  return_complex=True)
+                piece = _padded_signal(audio, first * HOP_LENGTH, (last - 1) * HOP_LENGTH + N_FFT)
+                stft = torch.stft(torch.from_numpy(piece), N_FFT, HOP_LENGTH, window=window,
+                                  center=False, return_complex=True)
                 parts.append(torch.clamp(filters @ (stft.abs() ** 2), min=1e-10).log10())
             self._log_spec = torch.cat(parts, dim=1)
             self._floor = self._log_spec.max() - 8.0
@@ -69,6 +65,18 @@ class LogMel:
             silence = torch.full((mel.shape[0], N_FRAMES - mel.shape[1]), -10.0)  # log10(1e-10)
             mel = torch.maximum(torch.cat([mel, silence], dim=1), self._floor)
             return (mel + 4.0) / 4.0
+
+
+def _padded_signal(audio: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """Samples start..stop-1 of the signal transcribe's STFT frames: the audio with zeros
+    after it, reflected N_FFT // 2 samples at its start (torch.stft's centring). Built a
+    chunk at a time, so an hour of audio is never copied whole."""
+    index = np.arange(start, stop) - N_FFT // 2
+    index = np.abs(index)  # the reflection: sample -k is sample k
+    out = np.zeros(stop - start, np.float32)
+    inside = index < audio.size
+    out[inside] = audio[index[inside]]
+    return out
 
 
 def window_mel(audio: np.ndarray, seek: int, segment_size: int, n_mels: int,
