@@ -173,3 +173,19 @@ def test_decoder_without_kernels_gives_the_same_tokens():
 
     model = load_model("tiny.en", device="cpu", progress=False)
     assert str(transcribe(model, load_audio(clip_path("jfk.wav"))).tokens) == tokens
+
+
+def test_the_idle_panel_says_which_path_decoder_steps_take(monkeypatch):
+    from types import SimpleNamespace
+
+    from whisper.model import ModelDimensions
+
+    from whisper_demo.ui import panel
+
+    dims = ModelDimensions(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)
+    model = SimpleNamespace(dims=dims, decoder=SimpleNamespace(token_embedding=SimpleNamespace(weight=torch.zeros(1))))
+    assert "Decoder steps: compiled kernels loaded" in panel.panel_html(None, model)
+    monkeypatch.setattr(kernels, "_lib", None)
+    monkeypatch.setattr(kernels, "_error", "RuntimeError: no C++ compiler (g++) found")
+    assert "PyTorch&#x27;s float32 matmul" in panel.panel_html(None, model)
+    assert "no C++ compiler (g++) found" in panel.panel_html(None, model)

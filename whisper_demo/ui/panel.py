@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from .. import kernels
 from ..cache import cross_cache_bytes, self_cache_bytes
 from ..events import DecodeResult, TokenEvent
 from .latency_chart import MODE_COLORS, series_label
@@ -335,7 +336,8 @@ def _empty_panel(model, status: str = "") -> str:
     msg = html.escape(status or IDLE_TEXT)
     return (f'<div class="wk-panel wk-empty"><div class="wk-head"><span class="wk-status">{msg}</span>'
             f'</div><div class="wk-sub" title="{html.escape(terms) if dims is not None else ""}">'
-            f'{html.escape(detail)}</div></div>')
+            f'{html.escape(detail)}</div>'
+            f'<div class="wk-sub">Decoder steps: {html.escape(kernels.describe_path())}</div></div>')
 
 
 def with_status(panel: str, status: str) -> str:
