@@ -15,8 +15,10 @@ positions), total decode time, encoder time, peak cache bytes, peak RSS of each 
 alone (a fresh process that loads only what it needs and decodes once), and whether the
 tokens equal our static mode's. Ratios are the point: they are measured in one run, side by
 side; the issue's targets are printed with them (bench_report.py: the table, the ratios, the
-targets and the chart). --eval-dev adds the word error rate of the exact and the fast (int8)
-mode on a folder of recordings (manifest.jsonl with references).
+targets and the chart). --eval-dev adds the word error rate of the fast mode against the
+exact mode on a folder of recordings (manifest.jsonl with references) and the example clips,
+with a 95 % interval of the difference (precision_eval.py). The encoder alone, with more
+rounds and the live re-decode's split: encoder_bench.py.
 """
 
 import os
@@ -53,7 +55,8 @@ from .decode import transcribe
 from .events import DecodeOptions
 from .examples import clip_path, reference_transcripts
 from .models import DEFAULT_MODEL, load_model, package_model_paths
-from .text import word_edits, word_error_rate, words
+from .precision_eval import Comparison, compare, describe, recordings, scopes, transcribe_in
+from .text import word_error_rate
 
 DEFAULT_AUDIO = clip_path("speech_25s.wav")
 DEFAULT_EVAL_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "eval-dev"
@@ -226,25 +229,14 @@ def word_error_rates(model, beam_size: int) -> Dict[str, Dict[str, float]]:
     return rates
 
 
-def eval_dev_wer(model, eval_dir: Path, beam_size: int) -> Dict[str, float]:
-    """Word error rate of the exact and the int8 mode over every recording of `eval_dir`
-    (manifest.jsonl: audio, reference, language): all edits over all reference words,
-    normalised. The language is given (a multilingual model would otherwise detect it), and
-    windows that fail are retried at higher temperatures as openai-whisper's transcribe does
-    (seeded): without it base's greedy decodes loop on some clips (136 % WER, both modes)."""
-    items = [json.loads(line) for line in (eval_dir / "manifest.jsonl").read_text().splitlines() if line.strip()]
-    edits = {"exact": 0, "int8": 0}
-    total = 0
-    for item in items:
-        audio = load_audio(eval_dir / item["audio"], max_seconds=None)
-        total += len(words(item["reference"]))
-        for precision in edits:
-            torch.manual_seed(0)  # the fallback's sampling: the same draws for both modes
-            text = transcribe(model, audio, DecodeOptions(
-                beam_size=beam_size, precision=precision, language=item.get("language"),
-                temperature_fallback=True)).text
-            edits[precision] += word_edits(text, item["reference"])
-    return {"clips": len(items), **{p: e / max(1, total) for p, e in edits.items()}}
+def eval_dev_wer(model, eval_dir: Path, beam_size: int) -> Dict[str, Comparison]:
+    """Word error rate of the fast mode against the exact mode over every recording of
+    `eval_dir` (manifest.jsonl: audio, reference, language) and the example clips, by set
+    of recordings, with a 95 % bootstrap interval of the difference (precision_eval.py:
+    each recording's language given, the temperature fallback on and seeded alike)."""
+    items = recordings(eval_dir)
+    by_mode = {mode: [transcribe_in(model, item, mode, beam_size) for item in items] for mode in ("exact", "fast")}
+    return {scope: compare(by_mode, "exact", "fast", groups) for scope, groups in scopes(by_mode).items()}
 
 
 def rss_alone(name: str, args) -> Optional[int]:
@@ -383,14 +375,18 @@ def main(argv=None) -> int:
         print(f"WER {clip:<18}" + "  ".join(f"{p} {w:.1%}" for p, w in by_precision.items()))
     eval_wer = None
     if args.eval_dev:
-        eval_wer = eval_dev_wer(model, Path(args.eval_dev), args.beam_size)
-        gap = (eval_wer["int8"] - eval_wer["exact"]) * 100
-        eval_wer["met"] = gap <= WER_TARGET_POINTS
-        print(f"WER {Path(args.eval_dev).name} ({eval_wer['clips']} clips, beam {args.beam_size}, "
-              f"temperature fallback): "
-              f"exact {eval_wer['exact']:.1%}  int8 {eval_wer['int8']:.1%}")
-        print(f"target: fast WER - exact WER = {gap:+.1f} points (target <= {WER_TARGET_POINTS}) "
-              f"{'met' if eval_wer['met'] else 'NOT met'}")
+        found = eval_dev_wer(model, Path(args.eval_dev), args.beam_size)
+        print(f"WER, fast against exact (beam {args.beam_size}, temperature fallback):")
+        for scope, comparison in found.items():
+            print(f"  {scope}: {describe(comparison)}")
+        eval_wer = {scope: asdict(c) for scope, c in found.items()}
+        for scope in ("eval-dev (all)", "examples"):
+            if scope in found:
+                c = found[scope]
+                eval_wer[scope]["met"] = c.difference_points <= WER_TARGET_POINTS
+                print(f"target: fast WER - exact WER, {scope} = {c.difference_points:+.2f} points, 95% interval "
+                      f"[{c.interval_points[0]:+.2f}, {c.interval_points[1]:+.2f}] (target <= {WER_TARGET_POINTS}) "
+                      f"{'met' if eval_wer[scope]['met'] else 'NOT met'}")
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

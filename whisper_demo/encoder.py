@@ -9,6 +9,9 @@ It is not exact: the decoder then cross-attends to fewer positions than it was t
 so the tokens may differ from a full-window decode. A margin of encoded silence after the
 audio keeps what the decoder sees at the end of speech close to training (padding follows
 speech there too); the live benchmark measures the word error rate both ways.
+
+The fast precision ("int8") also encodes in bfloat16 where the CPU multiplies it natively
+(bf16_encoder.py); the exact precision always runs the model's own float32 encoder.
 """
 
 import math
@@ -17,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from whisper.audio import N_FRAMES
+
+from .bf16_encoder import bf16_encoder, bf16_supported
 
 FRAMES_PER_SECOND = 100  # log-mel frames (10 ms hop)
 MARGIN_SECONDS = 2.0  # encoded padding after the audio (see above)
@@ -32,12 +37,25 @@ def encoder_frames(audio_frames: int, audio_only: bool) -> int:
     return min(N_FRAMES, int(seconds * FRAMES_PER_SECOND))
 
 
-def encode(model, mel: Tensor) -> Tensor:
+def encoder_dtype(model, precision: str = "exact") -> str:
+    """What the encoder computes in for a decode at `precision`: "bfloat16" in the fast mode
+    on a CPU with native bfloat16 (a float32 model), else the model's own dtype."""
+    weights = model.encoder.conv1.weight
+    if (precision != "exact" and weights.device.type == "cpu" and weights.dtype == torch.float32
+            and bf16_supported()):
+        return "bfloat16"
+    return str(weights.dtype).removeprefix("torch.")
+
+
+def encode(model, mel: Tensor, precision: str = "exact") -> Tensor:
     """Audio features [batch, frames // 2, d] for a mel [batch, n_mels, frames], frames <= 3000.
 
-    For 3000 frames this is the model's own encoder; for fewer it is the same computation
-    with the positional embedding cut to the positions present (openai-whisper's encoder
-    asserts a full window)."""
+    Exact: for 3000 frames this is the model's own encoder; for fewer it is the same
+    computation with the positional embedding cut to the positions present (openai-whisper's
+    encoder asserts a full window). The fast precision runs it in bfloat16 when
+    encoder_dtype says so (float32 features either way)."""
+    if encoder_dtype(model, precision) == "bfloat16":
+        return bf16_encoder(model)(mel)
     encoder = model.encoder
     with torch.inference_mode():
         if mel.shape[-1] == N_FRAMES:

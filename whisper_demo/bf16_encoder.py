@@ -1,0 +1,115 @@
+"""The fast mode's encoder: Whisper's audio encoder in bfloat16, on CPUs that multiply it natively.
+
+The encoder is most of a short decode (a live re-decode: ~75 %), and in float32 half of it
+is attention over 1500 positions, half the block linears. Cores with AVX512_BF16 (or AMX)
+multiply bfloat16 at twice float32's rate and read half the bytes, so here:
+
+- the weights are cast to bfloat16 once per model (not per op, as torch.autocast would);
+- the block linears and the convolutions run in bfloat16 (oneDNN);
+- attention is written out, a block of 256 queries at a time: scores, softmax and the
+  weighted sum of values in bfloat16, so one block's scores stay in cache. PyTorch's fused
+  CPU attention (SDPA) takes as long in bfloat16 as in float32 here, and one
+  [heads, 1500, 1500] score matrix is 27 MB;
+- layer norms are computed in float32 (their statistics over 384-1280 values lose most to
+  rounding), the residual stream is kept in float32 (each block adds a small update to it),
+  and the output features are float32, as the decoder expects.
+
+The features differ from float32's by about 1-2 % (relative norm; tests/test_fast_encoder.py
+holds them to a stated tolerance on real speech). Where the CPU lacks the instructions,
+bfloat16 would be emulated and slower than float32, so `bf16_supported` says no and the
+fast mode keeps the float32 encoder.
+"""
+
+import threading
+import weakref
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+QUERY_BLOCK = 256  # queries per attention block: 6-20 heads x 256 x 1500 scores in cache
+# CPU flags (Linux /proc/cpuinfo) for native bfloat16 dot products
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+# weights kept in float32: the layer norms and the positional embedding (added in float32)
+FLOAT32_MODULES = ("attn_ln", "mlp_ln", "ln_post", "positional_embedding")
+
+
+def _module_of(weight_name: str) -> str:
+    """"blocks.0.attn_ln.weight" -> "attn_ln"; "positional_embedding" -> itself."""
+    parts = weight_name.split(".")
+    return parts[-2] if len(parts) > 1 else parts[0]
+
+
+@lru_cache(maxsize=1)
+def bf16_supported() -> bool:
+    """Whether this CPU multiplies bfloat16 natively and PyTorch can use it (oneDNN)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:  # not Linux: no way to tell cheaply, so stay with float32
+        return False
+    return any(flag in flags for flag in BF16_FLAGS)
+
+
+class Bf16Encoder:
+    """A model's encoder weights in bfloat16 (made once, shared by every decode) and its
+    forward pass. Holds weights only, no per-call state, so any thread may call it."""
+
+    def __init__(self, encoder):
+        state = encoder.state_dict()
+        kept = {name for name in state if _module_of(name) in FLOAT32_MODULES}
+        self.weights: Dict[str, Tensor] = {
+            name: value.detach().float() if name in kept else value.detach().to(torch.bfloat16)
+            for name, value in state.items()}
+        self.n_layers = len(encoder.blocks)
+        self.n_head = encoder.blocks[0].attn.n_head
+
+    def __call__(self, mel: Tensor) -> Tensor:
+        """Features [batch, frames // 2, d] (float32) for a mel [batch, n_mels, frames]."""
+        w = self.weights
+        with torch.inference_mode():
+            x = F.gelu(F.conv1d(mel.to(torch.bfloat16), w["conv1.weight"], w["conv1.bias"], padding=1))
+            x = F.gelu(F.conv1d(x, w["conv2.weight"], w["conv2.bias"], stride=2, padding=1))
+            x = x.permute(0, 2, 1).float() + w["positional_embedding"][: x.shape[2]]
+            for layer in range(self.n_layers):
+                block = f"blocks.{layer}."
+                x = x + self._attention(self._norm(x, block + "attn_ln"), block + "attn.")
+                hidden = F.gelu(self._linear(self._norm(x, block + "mlp_ln"), block + "mlp.0"))
+                x = x + self._linear(hidden, block + "mlp.2")
+            return self._norm(x, "ln_post", out=torch.float32)
+
+    def _norm(self, x: Tensor, name: str, out=torch.bfloat16) -> Tensor:
+        w = self.weights
+        return F.layer_norm(x, x.shape[-1:], w[name + ".weight"], w[name + ".bias"]).to(out)
+
+    def _linear(self, x: Tensor, name: str) -> Tensor:
+        return F.linear(x, self.weights[name + ".weight"], self.weights.get(name + ".bias"))
+
+    def _attention(self, x: Tensor, prefix: str) -> Tensor:
+        batch, positions, width = x.shape
+        heads = [self._linear(x, prefix + part).view(batch, positions, self.n_head, -1).transpose(1, 2)
+                 for part in ("query", "key", "value")]
+        q, k, v = heads
+        q = q * q.shape[-1] ** -0.5  # openai-whisper scales q and k by d**-0.25 each: the same product
+        keys = k.transpose(-1, -2).contiguous()
+        out = torch.empty_like(q)
+        for start in range(0, positions, QUERY_BLOCK):
+            scores = q[:, :, start:start + QUERY_BLOCK] @ keys
+            torch.matmul(torch.softmax(scores, dim=-1), v, out=out[:, :, start:start + QUERY_BLOCK])
+        return self._linear(out.transpose(1, 2).reshape(batch, positions, width), prefix + "out")
+
+
+_encoders: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def bf16_encoder(model) -> Bf16Encoder:
+    """The model's Bf16Encoder, made on first use and shared (the weights cast once)."""
+    with _lock:
+        if model not in _encoders:
+            _encoders[model] = Bf16Encoder(model.encoder)
+        return _encoders[model]
