@@ -54,11 +54,12 @@ def clip():
 # the fixtures it asks for (directly or through other fixtures) and the browser modules.
 # A test that feeds audio in real time marks itself `realtime`.
 
-MODEL_FIXTURES = {"tiny_model", "tiny", "base", "tiny_ct2", "fresh_cache", "server", "live_server"}
+MODEL_FIXTURES = {"tiny_model", "tiny", "base", "base_model", "tiny_ct2", "fresh_cache", "server",
+                  "live_server", "served"}
 BROWSER_FIXTURES = {"browser", "page", "live_server"}
-BROWSER_MODULES = {"test_browser.py", "test_live_browser.py"}
-MODEL_MODULES = {"test_bench.py"}  # the benchmark loads its model itself
-TIERS = ("model", "browser", "realtime")
+BROWSER_MODULES = {"test_browser.py", "test_live_browser.py", "test_page_browser.py"}
+MODEL_MODULES = {"test_bench.py", "test_load.py"}  # these load their model themselves
+TIERS = ("model", "browser", "realtime", "process")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -70,6 +71,36 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.browser)
         if not any(item.get_closest_marker(tier) for tier in TIERS):
             item.add_marker(pytest.mark.quick)
+
+
+@pytest.fixture(autouse=True)
+def _quick_stays_quick(request, monkeypatch):
+    """A test sorted into the quick tier may not load a Whisper model or start a Python
+    process: it fails at once, saying which marker it needs, instead of making
+    `pytest -m quick` slow without a word. CI runs every tier, so a new test sorted wrong
+    fails there too."""
+    if request.node.get_closest_marker("quick") is None:
+        return
+    import subprocess
+    import sys
+
+    from whisper.model import Whisper
+
+    def refuse(what: str, marker: str):
+        pytest.fail(f"{request.node.nodeid} is in the quick tier but {what}: ask for a model "
+                    f"fixture or mark it @pytest.mark.{marker} (tests/conftest.py)", pytrace=False)
+
+    def no_model(*args, **kwargs):  # a model is built: weights are loaded
+        refuse("builds a Whisper model", "model")
+
+    class NoPythonProcess(subprocess.Popen):
+        def __init__(self, args, *rest, **kwargs):
+            if isinstance(args, (list, tuple)) and args and str(args[0]) == sys.executable:
+                refuse("starts a Python process", "process")
+            super().__init__(args, *rest, **kwargs)
+
+    monkeypatch.setattr(Whisper, "__init__", no_model)
+    monkeypatch.setattr(subprocess, "Popen", NoPythonProcess)
 
 
 # --------------------------------------------------------------------------------------

@@ -157,6 +157,7 @@ def test_default_path_carries_no_attention(tiny_model, clip):
     assert all(not s.words for s in events[-1].segments)
 
 
+@pytest.mark.model  # the benchmark loads tiny.en itself
 def test_bench_reports_the_attention_overhead(tmp_path, capsys):
     from whisper_demo import bench
 

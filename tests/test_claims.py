@@ -224,6 +224,7 @@ def test_stop_on_the_page_frees_every_cache_tensor(page_app, tiny_model, made_ca
     assert _alive(refs) == 0
 
 
+@pytest.mark.browser
 def test_closing_the_tab_frees_every_cache_tensor(tiny_model, clip, made_caches, runner_calls, tmp_path):
     """A real Chromium tab on the page served in this process: the tab closes mid-decode
     (static, beam 5, 55 s of speech), and every tensor of that decode's cache goes away."""

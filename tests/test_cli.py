@@ -127,6 +127,7 @@ def _input_devices():
     return [d for d in sd.query_devices() if d["max_input_channels"] > 0]
 
 
+@pytest.mark.process
 def test_list_devices_prints_this_machines_inputs_and_exits():
     done = _run_app("--list-devices", timeout=120)
     assert done.returncode == 0, done.stderr
@@ -139,6 +140,7 @@ def test_list_devices_prints_this_machines_inputs_and_exits():
     assert "Traceback" not in done.stdout + done.stderr
 
 
+@pytest.mark.model  # app.py loads tiny.en before it opens the microphone
 def test_mic_without_a_device_fails_with_a_clear_message():
     """No sound card here (nor in CI): `--mic` must exit non-zero and say why. A machine
     that has one is given a device that does not exist instead."""
@@ -150,12 +152,14 @@ def test_mic_without_a_device_fails_with_a_clear_message():
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.process
 def test_mic_with_a_device_that_does_not_exist_names_it():
     done = _run_app("--mic", "--input-device", "99", "--model", "tiny.en", "--device", "cpu")
     assert done.returncode != 0
     assert "device 99" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.process
 def test_beam_size_below_one_is_refused():
     done = _run_app("--beam-size", "0", timeout=120)
     assert done.returncode == 2 and "--beam-size must be at least 1" in done.stderr

@@ -151,6 +151,7 @@ def test_step_threads_gives_torch_one_thread_and_the_kernels_the_rest():
     assert torch.get_num_threads() == outer
 
 
+@pytest.mark.model  # and in a child process
 def test_decoder_without_kernels_gives_the_same_tokens():
     """WHISPER_KV_NO_KERNELS=1 (as on a machine without a compiler): PyTorch's float32 path,
     and the exact mode's tokens are the kernels' (and openai-whisper's)."""

@@ -113,6 +113,7 @@ def test_25s_of_speech_is_cut_and_prompted_and_stays_close_to_offline(tiny_model
     assert repeated_4grams(final.committed) == 0, final.committed
 
 
+@pytest.mark.process
 def test_loading_the_voice_detector_leaves_torch_on_all_its_threads():
     # silero_vad's import sets torch to one thread for the whole process; in a fresh
     # process (the import happens once), loading it must leave the decoder its cores.

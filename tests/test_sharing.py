@@ -568,6 +568,7 @@ def test_a_cached_kernel_library_others_could_write_is_not_loaded(kernel_cache, 
     assert "PyTorch's float32 matmul" in kernels.describe_path()  # what runs instead, said
 
 
+@pytest.mark.process
 def test_the_kernels_path_is_said_and_wrong_shapes_are_refused_not_run():
     """In a child process: before these checks, a wrong width read and wrote past the
     buffers (glibc abort), which would take the test process down with it."""
