@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .events import DecodeResult, TokenEvent
+from .events import TIMESTAMP_SECONDS, DecodeResult, TokenEvent
 
 
 @dataclass
@@ -117,7 +117,7 @@ class AttentionRecord:
             "cache_mode": result.cache_mode if result else None,
             "beam_size": result.beam_size if result else None,
             "text": result.text if result else None,
-            "frame_seconds": 0.02,
+            "frame_seconds": TIMESTAMP_SECONDS,
             "words": [{"text": w.text, "start": w.start, "end": w.end} for w in self.words()],
             "windows": windows,
         })
@@ -131,7 +131,7 @@ def token_labels(model, token_ids) -> Dict[int, str]:
     labels = {}
     for token in set(token_ids):
         if token >= tokenizer.timestamp_begin:
-            labels[token] = f"<|{(token - tokenizer.timestamp_begin) * 0.02:.2f}|>"
+            labels[token] = f"<|{(token - tokenizer.timestamp_begin) * TIMESTAMP_SECONDS:.2f}|>"
         else:
             labels[token] = tokenizer.encoding.decode_single_token_bytes(token).decode("utf-8", "replace")
     return labels

@@ -10,6 +10,8 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 CACHE_MODES = ("static", "hooks", "off")
+# Whisper's unit of time: one timestamp token, one encoder position (2 mel frames of 10 ms)
+TIMESTAMP_SECONDS = 0.02
 PRECISIONS = ("exact", "int8")  # int8: the fast mode, see runner.py
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from whisper.tokenizer import LANGUAGES
 
 from ..attention import AttentionRecord, WindowRecord, token_labels
-from ..events import DecodeResult, TokenEvent
+from ..events import TIMESTAMP_SECONDS, DecodeResult, TokenEvent
 
 BLUE = (37, 99, 235)
 WAVE_COLUMNS = 600  # waveform envelope resolution
@@ -203,7 +203,7 @@ class AttentionView:
         if event is not None and event.attention is not None and window is not None:
             cross = event.attention.cross_weights
             top = max(float(cross.max()), 1e-9)
-            xs = window.start + np.arange(len(cross)) * 0.02
+            xs = window.start + np.arange(len(cross)) * TIMESTAMP_SECONDS
             step = max(1, len(cross) // 300)  # at most ~300 points for the curve
             pts = " ".join(f"{x_of(t):.1f},{h - 8 - c / top * (h - 16):.1f}" for t, c in zip(xs[::step], cross[::step]))
             out.append(f'<polyline points="{pts}" fill="none" stroke="#f59e0b" stroke-width="1.5"/>')
@@ -386,7 +386,7 @@ def cross_png(window: WindowRecord) -> bytes:
     matrix = window.cross_map()
     fig, ax = plt.subplots(figsize=(7.5, max(1.2, min(4.0, 0.03 * len(matrix) + 0.8))))
     ax.imshow(matrix / np.maximum(matrix.max(axis=1, keepdims=True), 1e-9), aspect="auto", cmap="Blues",
-              extent=(window.start, window.start + matrix.shape[1] * 0.02, len(matrix), 0),
+              extent=(window.start, window.start + matrix.shape[1] * TIMESTAMP_SECONDS, len(matrix), 0),
               interpolation="nearest")
     ax.set_xlabel("audio (s)")
     ax.set_ylabel("step")
@@ -414,7 +414,7 @@ def maps_png(window: WindowRecord, labels: Dict[int, str], layer: Optional[int])
     a.set_title(f"window {window.index + 1}: self-attention of each step over the cache "
                 f"({'mean over layers' if layer is None else f'layer {layer + 1}'}, mean over heads)")
     b.imshow(cmap, cmap="Blues", aspect="auto", interpolation="nearest",
-             extent=(window.start, window.start + cmap.shape[1] * 0.02, len(cmap), 0))
+             extent=(window.start, window.start + cmap.shape[1] * TIMESTAMP_SECONDS, len(cmap), 0))
     b.set_xlabel("audio (s)")
     b.set_ylabel("step")
     b.set_title("cross-attention of the alignment heads")
