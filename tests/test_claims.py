@@ -1,6 +1,5 @@
-"""The README's headline claims, each checked so that it turns the suite red if it breaks
-(issue 15). Work is counted (calls, positions, tensors alive) wherever that proves the
-claim; where only time can (the cache makes decoding faster), both contenders run step by
+"""The README's headline claims, each checked so that it turns the suite red if it breaks.
+Work is counted (calls, positions, tensors alive) wherever that proves the claim; where only time can (the cache makes decoding faster), both contenders run step by
 step interleaved, so that whatever else loads the machine loads both alike, and the margin
 is far below the measured effect.
 """
@@ -145,7 +144,7 @@ def test_reported_bytes_are_the_tensors_held_and_equal_the_formula(tiny_model, c
         else:
             assert item.self_cache_bytes == tensor_bytes(self_t)  # the grown tensors
         assert item.cross_cache_bytes == tensor_bytes(cross_t)
-        # ...and DESIGN.md's formula agrees with what is held
+        # ...and the README's formula agrees with what is held
         assert item.self_cache_bytes == self_cache_bytes(tiny_model, item.cache_tokens, beams, elem)
         assert item.cross_cache_bytes == cross_cache_bytes(tiny_model, elem)
         n += 1

@@ -1,4 +1,4 @@
-"""The command line: every flag the README lists has an effect a test can see (issue 15).
+"""The command line: every flag the README lists has an effect a test can see.
 
 --cache, --beam-size and --precision: the page app.py builds starts with those choices, and
 a decode through it runs with them. --max-file-size: the served page refuses a larger

@@ -1,4 +1,4 @@
-"""Language detection on the multilingual base model (issue 15): speech in German, Spanish
+"""Language detection on the multilingual base model: speech in German, Spanish
 and Italian, synthesised by espeak-ng at test time, is detected as that language ("auto",
 the page's default) and transcribed in it.
 

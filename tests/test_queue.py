@@ -1,4 +1,4 @@
-"""The queue, driven by concurrent clients (issue 15): 2 decodes at once, 16 waiting, each
+"""The queue, driven by concurrent clients: 2 decodes at once, 16 waiting, each
 waiting client told its place, the next one told the queue is full, and every queued
 decode served once the first ones finish.
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-# The issue's targets (issue 12): (label, numerator, denominator, column, beam sizes, at most)
+# The speed targets: (label, numerator, denominator, column, beam sizes, at most)
 TARGETS = (
     ("exact greedy / CT2 float32", "static", "ctranslate2 float32", "ms_per_token", (1,), 0.9),
     ("exact greedy / whisper.decode", "static", "whisper.decode", "ms_per_token", (1,), 0.5),

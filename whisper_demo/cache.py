@@ -214,7 +214,7 @@ class StaticCache(CacheStrategy):
 
     def self_cache_bytes(self) -> int:
         """Measured on the buffers: the bytes of the positions filled so far (a view of
-        each K and V up to `length`), not the DESIGN.md formula, which the tests and the
+        each K and V up to `length`), not the README's formula (docs/kv-cache.md), which the tests and the
         panel compare this with."""
         if self.self_kv is None:
             return 0
