@@ -1,7 +1,8 @@
 """The README's headline claims, each checked so that it turns the suite red if it breaks.
-Work is counted (calls, positions, tensors alive) wherever that proves the claim; where only time can (the cache makes decoding faster), both contenders run step by
-step interleaved, so that whatever else loads the machine loads both alike, and the margin
-is far below the measured effect.
+Work is counted (calls, positions, tensors alive) wherever that proves the claim; where
+only time can (the cache makes decoding faster), both contenders run step by step
+interleaved, so that whatever else loads the machine loads both alike, and the margin is
+far below the measured effect.
 """
 
 import gc
