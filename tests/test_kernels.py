@@ -190,3 +190,21 @@ def test_the_idle_panel_says_which_path_decoder_steps_take(monkeypatch):
     monkeypatch.setattr(kernels, "_error", "RuntimeError: no C++ compiler (g++) found")
     assert "PyTorch&#x27;s float32 matmul" in panel.panel_html(None, model)
     assert "no C++ compiler (g++) found" in panel.panel_html(None, model)
+
+
+def test_kernels_are_not_built_where_the_cpu_cannot_run_them(monkeypatch):
+    """On ARM (or an x86 without AVX2/F16C) the build is not tried: PyTorch's path runs and
+    the reason says why."""
+    import platform
+
+    assert kernels.unsupported_cpu() is None  # this machine runs them
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    assert "aarch64" in kernels.unsupported_cpu()
+    monkeypatch.setattr(kernels, "_lib", None)
+    monkeypatch.setattr(kernels, "_error", None)
+    monkeypatch.setattr(kernels, "_compile", lambda *a: pytest.fail("compiled on a CPU it cannot run on"))
+    assert kernels.library() is None
+    assert "x86-64" in kernels.unavailable_reason() and "aarch64" in kernels.describe_path()
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: "flags : fpu sse sse2 avx")
+    assert kernels.unsupported_cpu() == "this CPU lacks avx2 and f16c"

@@ -22,6 +22,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import platform
 import shutil
 import stat
 import subprocess
@@ -112,9 +113,24 @@ def _load_cached(compiler: str, folder: Path, library: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(library))
 
 
+def unsupported_cpu() -> Optional[str]:
+    """Why this CPU cannot run the kernels, or None. They are x86-64 SIMD (AVX2 and F16C,
+    AVX-512 where present): elsewhere (ARM, an old x86) they are not built at all, rather
+    than failing to compile."""
+    machine = platform.machine().lower()
+    if machine not in ("x86_64", "amd64"):
+        return f"the kernels are x86-64 code (AVX2, AVX-512) and this CPU is {machine}"
+    flags = set(_cpu_flags().split())
+    missing = [flag for flag in ("avx2", "f16c") if flags and flag not in flags]
+    return f"this CPU lacks {' and '.join(missing)}" if missing else None
+
+
 def _build() -> ctypes.CDLL:
     from ..models import cache_dir
 
+    unsupported = unsupported_cpu()
+    if unsupported:
+        raise RuntimeError(unsupported)
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if not compiler:
         raise RuntimeError("no C++ compiler (g++) found")
