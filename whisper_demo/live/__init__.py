@@ -8,7 +8,9 @@ that become final (committed) separated from those that may still change (tentat
     for item in session.finish(): ...          # the rest, committed
     print(session.committed_text)
 
-policy.py   pure: timestamped hypotheses in, commits and a cut point out
+policy.py   pure: timestamped hypotheses in, commits and a cut point out (LocalAgreement)
+alignatt.py pure: the other policy, words committed once the attention has passed them
+hypotheses.py a decode's result as the policies read it; attempt.py one call to the decoder
 vad.py      is there speech, where did it end (Silero VAD)
 session.py  one session: audio buffer, when to re-decode, prompt, stats
 snapshots.py what it publishes: LiveStats and LiveUpdate, immutable
@@ -16,8 +18,10 @@ decoder.py  the model as the callable a session decodes with
 worker.py   the thread that drives a session and publishes immutable views
 registry.py sessions by key, idle ones closed
 bench.py    the live benchmark (python -m whisper_demo.bench live); feeds.py its three feeds
+eval_sessions.py live per session over the dev set, both policies, against offline
 """
 
+from .alignatt import AlignAttPolicy
 from .policy import AgreementPolicy, Decision, Hypothesis, TimedWord
 from .registry import SessionRegistry
 from .decoder import Decoder, model_decoder
@@ -27,7 +31,7 @@ from .vad import VoiceDetector
 from .worker import LiveView, LiveWorker
 
 __all__ = [
-    "AgreementPolicy", "Decision", "Hypothesis", "TimedWord", "SessionRegistry", "Decoder",
+    "AgreementPolicy", "AlignAttPolicy", "Decision", "Hypothesis", "TimedWord", "SessionRegistry", "Decoder",
     "LiveConfig", "LiveSession", "LiveStats", "LiveUpdate", "model_decoder", "VoiceDetector",
     "LiveView", "LiveWorker", "drain",
 ]

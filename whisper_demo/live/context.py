@@ -20,7 +20,7 @@ from typing import Optional, Tuple
 
 from ..events import DecodeResult
 from .decoder import Prefix
-from .policy import AgreementPolicy
+from .policy import CommittedWords
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class ContextKeeper:
     """The prompt, prefix and draft for each re-decode of a buffer (buffers are named by
     the stream sample they start at)."""
 
-    def __init__(self, policy: AgreementPolicy, prompt_chars: int, loop_reset_after: int):
+    def __init__(self, policy: CommittedWords, prompt_chars: int, loop_reset_after: int):
         self.policy = policy
         self.prompt_chars = prompt_chars
         self.loop_reset_after = loop_reset_after

@@ -46,18 +46,24 @@ Decoder = Callable[[np.ndarray, Optional[str], Optional[Tuple[int, ...]], Option
                    Iterator[Union[TokenEvent, DecodeResult]]]
 
 
-def model_decoder(model, options: Optional[DecodeOptions] = None) -> Decoder:
+def model_decoder(model, options: Optional[DecodeOptions] = None, alignatt: bool = False) -> Decoder:
     """The real decoder: stream_transcribe with word timestamps, the prompt, the committed
     words of the buffer as the transcript's given start, and the previous hypothesis as a
-    draft that one decoder pass confirms (speculative.py)."""
+    draft that one decoder pass confirms (speculative.py).
+
+    alignatt: decode for the AlignAtt policy: each TokenEvent carries the step's attention
+    (no draft then: a pass that confirms several draft tokens has no per-token attention),
+    and no timestamp tokens, as SimulStreaming decodes. With them, given committed words
+    that end a phrase, tiny.en closed the segment and ended the decode there, 4 s of
+    decodes in a row, while the next sentence was already in the buffer."""
     # A live re-decode takes what is fast where transcribe() is thorough: no retry at higher
     # temperatures (a loop is the policy's to handle, decoder.looped), digital silence and
     # no-speech windows skipped before any token, no prompt carried across a silence, the
     # language read from the buffer's own window (events.DecodeOptions says each).
-    options = replace(options or DecodeOptions(), word_timestamps=True, timestamps=True,
+    options = replace(options or DecodeOptions(), word_timestamps=True, timestamps=not alignatt,
                       temperature_fallback=False, skip_digital_silence=True,
                       no_speech_before_decoding=True, reset_prompt_after_silence=True,
-                      detect_language_from_window=True)
+                      detect_language_from_window=True, attention=alignatt)
     # Text is encoded alike in every language and task; only the special tokens differ.
     tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages)
 
@@ -73,7 +79,7 @@ def model_decoder(model, options: Optional[DecodeOptions] = None) -> Decoder:
             if split is not None:
                 prefix_tokens, draft = split
             else:
-                prefix_tokens, draft = prefix_token_ids(prefix, tokenizer), None
+                prefix_tokens, draft = prefix_token_ids(prefix, tokenizer, options.timestamps), None
         return stream_transcribe(model, audio, replace(
             options, prompt=prompt, draft_tokens=draft, prefix_tokens=prefix_tokens,
             max_tokens_per_window=min(limit, model.dims.n_text_ctx // 2)))
@@ -83,11 +89,14 @@ def model_decoder(model, options: Optional[DecodeOptions] = None) -> Decoder:
     return decode
 
 
-def prefix_token_ids(prefix: Prefix, tokenizer) -> List[int]:
-    """The prefix as a segment's opening: its start time as a timestamp token, then its
-    text as Whisper spells it (a space before each word)."""
+def prefix_token_ids(prefix: Prefix, tokenizer, timestamps: bool = True) -> List[int]:
+    """The prefix as a segment's opening: its start time as a timestamp token (when the
+    decode writes timestamps), then its text as Whisper spells it (a space before each word)."""
+    text = tokenizer.encode(" " + prefix.text)
+    if not timestamps:
+        return text
     start = tokenizer.timestamp_begin + max(0, int(prefix.start / TIME_PRECISION))
-    return [start, *tokenizer.encode(" " + prefix.text)]
+    return [start, *text]
 
 
 def split_after(tokens: Sequence[int], text: str, tokenizer) -> Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]]:

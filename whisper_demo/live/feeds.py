@@ -63,8 +63,13 @@ def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
         result.draft["given"] = result.draft.get("given", 0) + update.result.prefix_given
 
 
+def live_decoder(model, options, config: LiveConfig):
+    """The model as the session's decoder, as the policy reads it."""
+    return model_decoder(model, options, alignatt=config.policy == "alignatt")
+
+
 def feed_fast(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig) -> FeedResult:
-    session = LiveSession(model_decoder(model, options), config)
+    session = LiveSession(live_decoder(model, options, config), config)
     result = FeedResult("fast", "", [], [], [], 0, 0.0, 0.0, 0.0)
     step = int(chunk_s * SAMPLE_RATE)
     started = time.perf_counter()
@@ -133,7 +138,7 @@ def paced_decoder(decoder, clock: SimulatedClock, costs: DecodeCosts):
 def feed_paced(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig,
                costs: DecodeCosts) -> FeedResult:
     clock = SimulatedClock()
-    session = LiveSession(paced_decoder(model_decoder(model, options), clock, costs), config, clock=clock)
+    session = LiveSession(paced_decoder(live_decoder(model, options, config), clock, costs), config, clock=clock)
     result = FeedResult("paced", "", [], [], [], 0, 0.0, 0.0, 0.0)
     step = int(chunk_s * SAMPLE_RATE)
     starts = range(0, audio.size, step)
@@ -164,7 +169,7 @@ def feed_paced(model, options, audio: np.ndarray, chunk_s: float, config: LiveCo
 
 
 def feed_realtime(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig) -> FeedResult:
-    session = LiveSession(model_decoder(model, options), config)
+    session = LiveSession(live_decoder(model, options, config), config)
     result = FeedResult("realtime", "", [], [], [], 0, 0.0, 0.0, 0.0)
     step = int(chunk_s * SAMPLE_RATE)
     fed = threading.Event()

@@ -96,6 +96,10 @@ class Hypothesis:
     # The decode was given every committed word of its buffer and wrote these after them
     # (the session strips the given words): none of them was committed before (rule 1).
     after_committed: bool = False
+    # Per word, where the alignment heads' cross-attention peaked for each of its tokens
+    # (stream seconds; punctuation left out): what AlignAtt reads. () when the decoder
+    # gave no attention (alignatt.py).
+    peaks: Tuple[Tuple[float, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,16 +111,19 @@ class Decision:
 
 
 @dataclass
-class AgreementPolicy:
+class CommittedWords:
+    """What every live policy keeps: the committed words, the tentative rest of the last
+    hypothesis, and where the buffer may be cut (rule 5). A policy decides which words of
+    a hypothesis to commit and calls _commit."""
+
     cut_after_seconds: float = 20.0  # the session passes its own (LiveConfig says why)
     max_buffer_seconds: float = 25.0
     keep_seconds: float = 5.0  # a forced cut keeps this much of the buffer's end uncommitted
-    right_context_seconds: float = 0.6  # audio the earlier decode must have heard after a word
-    min_vote_seconds: float = 2.0  # an earlier decode of less audio than this gets no vote
+    # A decode whose text repeats itself (decoder.looped) gets no vote, unless the policy
+    # tells a loop from a true repeat itself (AlignAtt, by where the attention reads).
+    reads_loops = False
     committed: List[TimedWord] = field(default_factory=list)  # the whole session's
     previous: List[TimedWord] = field(default_factory=list)  # last hypothesis, uncommitted part
-    _previous_end: float = 0.0  # where the audio of the last hypothesis ended
-    _waited_at_pause: bool = False  # the last end-of-speech decode left a disagreement open
 
     @property
     def committed_end(self) -> float:
@@ -129,6 +136,59 @@ class AgreementPolicy:
     def committed_after(self, stream_seconds: float) -> List[TimedWord]:
         """Committed words said after a time: those of a buffer starting there."""
         return [w for w in self.committed if w.end > stream_seconds + START_SLACK_S]
+
+    def update(self, hyp: Hypothesis, speech_end: Optional[float] = None) -> Decision:
+        raise NotImplementedError
+
+    def finish(self, hyp: Optional[Hypothesis] = None, speech_end: Optional[float] = None) -> Decision:
+        raise NotImplementedError
+
+    def _commit(self, words, tentative, hyp: Optional[Hypothesis], reason: str) -> Decision:
+        words, tentative = list(words), list(tentative)
+        cut_at = None
+        if hyp is not None:
+            cut_at, forced = self._cut_point(words, tentative, hyp)
+            if forced:
+                words, tentative = words + forced, tentative[len(forced):]
+                reason = "buffer full: committed what is older than the last seconds"
+        self.committed.extend(words)
+        self.previous = tentative
+        return Decision(tuple(words), tuple(tentative), cut_at, reason)
+
+    def _cut_point(self, words, tentative, hyp: Hypothesis):
+        """(cut_at, words forced into the commit) by rule 5."""
+        length = hyp.buffer_end - hyp.buffer_start
+        if length <= self.cut_after_seconds:
+            return None, []
+        done = [w for w in self.committed + words if w.end > hyp.buffer_start]
+        last_end = done[-1].end if done else None
+        # Sentence and segment ends inside the committed text of this buffer. The cut goes
+        # at the last but one, as whisper_streaming cuts at its last but one segment: the
+        # last committed sentence stays in the buffer as what the next words are heard
+        # after (cut right before them, tiny.en misheard "a small dog walked" as "a small
+        # dark walk"); its words are not committed again (rule 1).
+        ends = sorted({w.end for w in done if w.ends_sentence}
+                      | {e for e in hyp.segment_ends
+                         if last_end is not None and hyp.buffer_start < e <= last_end + START_SLACK_S})
+        # a sentence's last word and the segment end after it name one boundary, twice
+        ends = [e for e, later in zip(ends, ends[1:] + [float("inf")]) if later - e > SAME_BOUNDARY_S]
+        if len(ends) >= 2:
+            return ends[-2], []
+        if length <= self.max_buffer_seconds:
+            return None, []
+        if last_end is not None:
+            return last_end, []
+        # Nothing agreed for the whole buffer: take the older words as they are.
+        limit = hyp.buffer_end - self.keep_seconds
+        forced = list(itertools.takewhile(lambda w: w.end <= limit, tentative))
+        return (forced[-1].end if forced else limit), forced
+
+@dataclass
+class AgreementPolicy(CommittedWords):
+    right_context_seconds: float = 0.6  # audio the earlier decode must have heard after a word
+    min_vote_seconds: float = 2.0  # an earlier decode of less audio than this gets no vote
+    _previous_end: float = 0.0  # where the audio of the last hypothesis ended
+    _waited_at_pause: bool = False  # the last end-of-speech decode left a disagreement open
 
     def update(self, hyp: Hypothesis, speech_end: Optional[float] = None) -> Decision:
         """Take one hypothesis. `speech_end`: where the speaker stopped, if the voice
@@ -224,46 +284,6 @@ class AgreementPolicy:
             if new[n - 1].end < self.committed_end + own_time + START_SLACK_S:
                 return n
         return 0
-
-    def _commit(self, words, tentative, hyp: Optional[Hypothesis], reason: str) -> Decision:
-        words, tentative = list(words), list(tentative)
-        cut_at = None
-        if hyp is not None:
-            cut_at, forced = self._cut_point(words, tentative, hyp)
-            if forced:
-                words, tentative = words + forced, tentative[len(forced):]
-                reason = "buffer full: committed what is older than the last seconds"
-        self.committed.extend(words)
-        self.previous = tentative
-        return Decision(tuple(words), tuple(tentative), cut_at, reason)
-
-    def _cut_point(self, words, tentative, hyp: Hypothesis):
-        """(cut_at, words forced into the commit) by rule 5."""
-        length = hyp.buffer_end - hyp.buffer_start
-        if length <= self.cut_after_seconds:
-            return None, []
-        done = [w for w in self.committed + words if w.end > hyp.buffer_start]
-        last_end = done[-1].end if done else None
-        # Sentence and segment ends inside the committed text of this buffer. The cut goes
-        # at the last but one, as whisper_streaming cuts at its last but one segment: the
-        # last committed sentence stays in the buffer as what the next words are heard
-        # after (cut right before them, tiny.en misheard "a small dog walked" as "a small
-        # dark walk"); its words are not committed again (rule 1).
-        ends = sorted({w.end for w in done if w.ends_sentence}
-                      | {e for e in hyp.segment_ends
-                         if last_end is not None and hyp.buffer_start < e <= last_end + START_SLACK_S})
-        # a sentence's last word and the segment end after it name one boundary, twice
-        ends = [e for e, later in zip(ends, ends[1:] + [float("inf")]) if later - e > SAME_BOUNDARY_S]
-        if len(ends) >= 2:
-            return ends[-2], []
-        if length <= self.max_buffer_seconds:
-            return None, []
-        if last_end is not None:
-            return last_end, []
-        # Nothing agreed for the whole buffer: take the older words as they are.
-        limit = hyp.buffer_end - self.keep_seconds
-        forced = list(itertools.takewhile(lambda w: w.end <= limit, tentative))
-        return (forced[-1].end if forced else limit), forced
 
 
 def _without_silent_copies(words: List[TimedWord]) -> List[TimedWord]:

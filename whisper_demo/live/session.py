@@ -38,21 +38,30 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Deque, Iterator, List, Optional, Tuple, Union
+from typing import Callable, Deque, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ..audio import SAMPLE_RATE, load_audio_chunk
 from ..events import DecodeResult, TokenEvent
+from .alignatt import AlignAttPolicy
 from .context import ContextKeeper
-from .decoder import Decoder, Prefix, looped
-from .policy import AgreementPolicy, Decision, Hypothesis, TimedWord, normalize_word
+from .decoder import Decoder
+from .attempt import decode_attempt
+from .hypotheses import hypothesis
+from .policy import AgreementPolicy, CommittedWords, Decision, TimedWord
 from .snapshots import LiveStats, LiveUpdate, percentile
 from .vad import VoiceDetector
 
 
 @dataclass(frozen=True)
 class LiveConfig:
+    # Which words are final: "agreement" (two decodes agree, policy.py) or "alignatt"
+    # (the model's attention has passed them, alignatt.py; its decoder must be asked for
+    # attention: model_decoder(..., attention=True)).
+    policy: str = "agreement"
+    frame_seconds: float = 0.4  # alignatt: a token read this close to the buffer's end waits
+    start_seconds: float = 0.0  # alignatt: below this much buffer a word needs more audio after it
     min_new_seconds: float = 0.5  # new audio that makes a re-decode worth running
     right_context_seconds: float = 0.6  # see policy.py, rule 3
     min_vote_seconds: float = 2.0  # see policy.py, rule 3
@@ -86,10 +95,7 @@ class LiveSession:
         self.config = config or LiveConfig()
         self.vad = vad if vad is not None else VoiceDetector()
         self.clock = clock
-        self.policy = AgreementPolicy(cut_after_seconds=self.config.cut_after_seconds,
-                                      max_buffer_seconds=self.config.max_buffer_seconds,
-                                      right_context_seconds=self.config.right_context_seconds,
-                                      min_vote_seconds=self.config.min_vote_seconds)
+        self.policy = make_policy(self.config)
 
         self._lock = threading.Lock()  # guards the audio that waits and its arrival marks
         self._pending: List[np.ndarray] = []
@@ -306,7 +312,8 @@ class LiveSession:
         offset_s = self._offset / SAMPLE_RATE
         context = self._context.for_decode(self._offset, offset_s)
         started = self.clock()
-        attempt = yield from self._decode(context.prompt, context.draft, context.prefix, newest_arrival)
+        attempt = yield from decode_attempt(self.decoder(self._buffer, context.prompt, context.draft, context.prefix),
+                                            newest_arrival, self.clock, self._offset / SAMPLE_RATE)
         first_token_ms, last_event, result = attempt.first_token_ms, attempt.last_event, attempt.result
         now = self.clock()
         self.last_activity = now
@@ -318,56 +325,27 @@ class LiveSession:
         if first_token_ms is not None:
             self._first_token_ms.append(first_token_ms)
 
-        hypothesis = _hypothesis(result, offset_s, end / SAMPLE_RATE, context.prefix)
+        hyp = hypothesis(result, offset_s, end / SAMPLE_RATE, context.prefix, attempt.token_peaks)
         pause = (end - voice_end) >= config.pause_seconds * SAMPLE_RATE
         speech_end = voice_end / SAMPLE_RATE if pause else None
         context_change = self._context.decoded(self._offset, context, result, attempt.looped)
         if attempt.looped:
             self._loops += 1
-            hypothesis = None  # a loop's words get no vote
+            if not self.policy.reads_loops:
+                hyp = None  # a loop's words get no vote
         if final:
-            decision = self.policy.finish(hypothesis, speech_end)
-        elif hypothesis is None:
+            decision = self.policy.finish(hyp, speech_end)
+        elif hyp is None:
             decision = Decision((), self._tentative, reason="decoder looped; hypothesis ignored" + context_change)
         else:
-            decision = self.policy.update(hypothesis, speech_end)
+            decision = self.policy.update(hyp, speech_end)
         latencies = self._commit_latencies(decision.committed, now, record=not final)
-        trimmed = self._cut_to(self._cut_sample(decision.cut_at)) if decision.cut_at is not None else 0.0
+        trimmed = self._cut_to(cut_sample(self.vad, decision.cut_at)) if decision.cut_at is not None else 0.0
         if final:
             trimmed += self._cut_to(self._offset + self._buffer.size)
         yield self._update(decision, decoded=True, final=final, first_token_ms=first_token_ms,
                            latencies=latencies, result=result, last_event=last_event,
                            trimmed=trimmed, reason=decision.reason)
-
-    def _decode(self, prompt: Optional[str], draft, prefix: Optional[Prefix], newest_arrival: Optional[float]):
-        """Run the decoder over the buffer: its TokenEvents; returns what came of it (an
-        _Attempt). A decode that looped ("aaaa...", a phrase over and over) is found when
-        it ends, by openai-whisper's test on its whole text (decoder.looped), and its words
-        get no vote. Not earlier: the text so far can fail the test where the whole text
-        passes (a run of "uh, uh, uh, ..." before the speech goes on), and stopping such
-        decodes as loops left a buffer with no vote until its audio was dropped (the last
-        20 s of a 57 s recording lost). A true loop ends at the decoder's token limit."""
-        attempt = _Attempt(newest_arrival)
-        decoding = self.decoder(self._buffer, prompt, draft, prefix)
-        try:
-            for item in decoding:
-                if isinstance(item, TokenEvent):
-                    if attempt.first_token_ms is None and attempt.newest_arrival is not None:
-                        attempt.first_token_ms = (self.clock() - attempt.newest_arrival) * 1000
-                    attempt.last_event = item
-                    yield item
-                else:
-                    attempt.result = item
-        finally:
-            decoding.close()
-        attempt.looped = attempt.result is not None and looped(attempt.result.text)
-        return attempt
-
-    def _cut_sample(self, cut_at: float) -> int:
-        """The policy's cut point moved into the pause that follows it, if one comes soon."""
-        sample = int(round(cut_at * SAMPLE_RATE))
-        pause = self.vad.pause_after(sample, within=int(0.5 * SAMPLE_RATE))
-        return pause if pause is not None else sample
 
     def _cut_to(self, stream_sample: int) -> float:
         end = self._offset + self._buffer.size
@@ -386,18 +364,12 @@ class LiveSession:
 
     def _commit_latencies(self, words, now: float, record: bool) -> Tuple[float, ...]:
         """Per committed word: from the arrival of the audio holding its end to now."""
-        latencies = tuple(now - self._arrival_of(w.end) for w in words)
+        with self._lock:
+            arrivals = list(self._arrivals)
+        latencies = tuple(now - arrival_of(arrivals, w.end, now) for w in words)
         if record:
             self._commit_s.extend(latencies)
         return latencies
-
-    def _arrival_of(self, stream_seconds: float) -> float:
-        sample = int(stream_seconds * SAMPLE_RATE)
-        with self._lock:
-            for end, wall in self._arrivals:
-                if end >= sample:
-                    return wall
-            return self._arrivals[-1][1] if self._arrivals else self.clock()
 
     def _update(self, decision: Decision, *, decoded: bool, final: bool, first_token_ms=None,
                 latencies=(), result=None, last_event=None, trimmed=0.0, reason="") -> LiveUpdate:
@@ -410,29 +382,25 @@ class LiveSession:
             trimmed_seconds=trimmed, final=final, reason=reason)
 
 
-@dataclass
-class _Attempt:
-    """What came of a re-decode's call to the decoder."""
-
-    newest_arrival: Optional[float]  # wall time of the newest audio it heard
-    first_token_ms: Optional[float] = None  # from that arrival to its first token
-    last_event: Optional[TokenEvent] = None
-    result: Optional[DecodeResult] = None
-    looped: bool = False
+def cut_sample(vad: VoiceDetector, cut_at: float) -> int:
+    """The policy's cut point moved into the pause that follows it, if one comes soon."""
+    sample = int(round(cut_at * SAMPLE_RATE))
+    pause = vad.pause_after(sample, within=int(0.5 * SAMPLE_RATE))
+    return pause if pause is not None else sample
 
 
-def _hypothesis(result: Optional[DecodeResult], offset_s: float, end_s: float,
-                prefix: Optional[Prefix] = None) -> Hypothesis:
-    """A re-decode's words in stream time (word timestamps are relative to the buffer),
-    without the prefix it was given (those words are committed already)."""
-    if result is None:
-        return Hypothesis((), (), offset_s, end_s)
-    words = tuple(TimedWord(w.text.strip(), offset_s + w.start, offset_s + w.end)
-                  for segment in result.segments for w in segment.words if w.text.strip())
-    after_committed = False
-    if prefix is not None:
-        given = [normalize_word(text) for text in prefix.words]
-        if [w.norm for w in words[:len(given)]] == given:
-            words, after_committed = words[len(given):], True
-    segment_ends = tuple(offset_s + s.end for s in result.segments[:-1])
-    return Hypothesis(words, segment_ends, offset_s, end_s, after_committed)
+def arrival_of(arrivals: Sequence[Tuple[int, float]], stream_seconds: float, default: float) -> float:
+    """When the audio holding a stream time arrived ((end sample, wall time) marks)."""
+    sample = int(stream_seconds * SAMPLE_RATE)
+    return next((wall for end, wall in arrivals if end >= sample), arrivals[-1][1] if arrivals else default)
+
+
+def make_policy(config: LiveConfig) -> CommittedWords:
+    """The policy the config names, with the session's buffer limits."""
+    limits = dict(cut_after_seconds=config.cut_after_seconds, max_buffer_seconds=config.max_buffer_seconds)
+    if config.policy == "alignatt":
+        return AlignAttPolicy(frame_seconds=config.frame_seconds, start_seconds=config.start_seconds, **limits)
+    if config.policy != "agreement":
+        raise ValueError(f"unknown live policy {config.policy!r}: agreement or alignatt")
+    return AgreementPolicy(right_context_seconds=config.right_context_seconds,
+                           min_vote_seconds=config.min_vote_seconds, **limits)
