@@ -239,6 +239,8 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
                                         if event.n_windows > 1 else "")
     else:
         enc_sub = "reported when the run ends"
+    # what it computed in: bfloat16 in the fast mode where the CPU has it, else float32
+    enc_sub += f" · {(result or event).encoder_dtype}"
     tiles.append(_tile("Encoder", encoder, enc_sub))
     tiles.append(_tile("Process memory", fmt_bytes(rss), rss_sub))
     if result is not None:
