@@ -166,13 +166,8 @@ def test_bad_file_is_a_readable_error_and_the_next_call_works(app, tmp_path):
 @pytest.mark.parametrize("mode", ["hooks", "static"])
 def test_stop_frees_the_cache_and_removes_hooks(app, tiny_model, mode):
     gen = handler(app, "transcribe")(JFK, True, mode, 1, "auto", True, "tiny.en", None)
-    seen = 0
-    for update in gen:
-        if "decoding…" in update[1]:
-            seen += 1
-            if seen == 2:
-                break
-    assert seen == 2
+    # the first token's update (sent at once, whatever the throttle): the cache is in use
+    assert any("decoding…" in update[1] for update in gen)
     gen.close()  # what Gradio does on Stop (SyncToAsyncIterator.aclose)
     assert hook_count(tiny_model) == 0
     # and a decode right after runs normally
