@@ -232,10 +232,10 @@ def stream_transcribe(
         previous_seek = seek
         window_segments, advance = split_segments(
             outcome.tokens, tokenizer, time_offset, segment_size, time_precision, input_stride)
+        compression_ratio = outcome.compression_ratio(tokenizer)  # the window's, once
         for segment in window_segments:
             segment.temperature, segment.avg_logprob = outcome.temperature, outcome.avg_logprob
-            segment.compression_ratio = outcome.compression_ratio(tokenizer)
-            segment.no_speech_prob = outcome.no_speech_prob
+            segment.compression_ratio, segment.no_speech_prob = compression_ratio, outcome.no_speech_prob
         seek += advance
         if options.word_timestamps or options.attention:  # the attention view plays words
             window_speech_end = add_word_timestamps(
