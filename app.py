@@ -270,10 +270,10 @@ def main(argv=None) -> int:
 
     if args.list_devices:
         try:
-            from whisper_demo import mic
+            from whisper_demo.live.mic_device import list_devices_text
         except ImportError as exc:
             fail(f"the terminal microphone is not available: {exc}")
-        print(mic.list_devices_text())
+        print(list_devices_text())
         return 0
 
     if args.beam_size < 1:
@@ -307,7 +307,7 @@ def main(argv=None) -> int:
 
     if args.mic:
         try:
-            from whisper_demo import mic
+            from whisper_demo.live import mic
         except ImportError as exc:
             fail(f"the terminal microphone is not available: {exc}")
         return mic.run_terminal(model, options, device=args.input_device) or 0

@@ -83,9 +83,10 @@ def test_the_tap_feeds_numbered_chunks_in_recording_order(tmp_path):
     from gradio import utils as gr_utils
 
     from whisper_demo.ui import live_tab
+    from whisper_demo.ui.chunk_tap import install_chunk_tap
 
     tab = live_tab.LiveTab(store=None, defaults=None)
-    assert live_tab._install_chunk_tap()
+    assert install_chunk_tap()
     fn = types.SimpleNamespace(fn=tab.chunk, concurrency_id="live", connection="stream")
     event = queueing.Event("numbered", fn, request=None, username=None)
     upload = Path(gr_utils.get_upload_folder()) / "test_chunk_order"

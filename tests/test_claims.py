@@ -451,14 +451,14 @@ def whisper_parameter_count(dims) -> int:
 
 
 def test_parameter_count_shown_is_the_architectures(tiny_model):
-    from whisper_demo import models
+    from whisper_demo import model_sources, models
 
     counted = whisper_parameter_count(tiny_model.dims)
     fresh = whisper.model.Whisper(tiny_model.dims)  # openai-whisper's own class, untrained
     assert counted == sum(p.numel() for p in fresh.parameters())
     assert counted == sum(p.numel() for p in tiny_model.parameters())
     assert models.model_label(tiny_model) == f"tiny.en ({counted / 1e6:.1f} M params)"
-    info = next(i for i in models.list_models() if i.name == "tiny.en")
+    info = next(i for i in model_sources.list_models() if i.name == "tiny.en")
     assert info.n_params == counted
 
 

@@ -664,9 +664,10 @@ def test_every_streamed_chunk_reaches_the_session(tmp_path):
     from gradio import utils as gr_utils
 
     from whisper_demo.ui import live_tab
+    from whisper_demo.ui.chunk_tap import install_chunk_tap
 
     tab = live_tab.LiveTab(store=None, defaults=None)
-    assert live_tab._install_chunk_tap(), "this Gradio's Event changed: the tap cannot see chunks"
+    assert install_chunk_tap(), "this Gradio's Event changed: the tap cannot see chunks"
     fn = types.SimpleNamespace(fn=tab.chunk, concurrency_id="live", connection="stream")
     event = queueing.Event("sess", fn, request=None, username=None)
     upload = Path(gr_utils.get_upload_folder()) / "test_live_tap"

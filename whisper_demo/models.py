@@ -36,8 +36,6 @@ from .model_sources import (
     _PACKAGE_MODELS, ModelError, _all_names, _offline_summary, _openai_cached_file, _PackageModel,
     openai_download_root, package_config_path, package_model_paths, verify_sha256,
 )
-# the catalogue's other public names, importable from here as before models.py was split
-from .model_sources import ModelInfo, list_models  # noqa: F401
 
 
 DEFAULT_MODEL = "tiny.en"

@@ -69,7 +69,7 @@ def parse_models(text: Optional[str]) -> Optional[Tuple[str, ...]]:
 
 def offline_models() -> Tuple[str, ...]:
     """The models that load without a download on this machine."""
-    from .models import list_models
+    from .model_sources import list_models
 
     return tuple(info.name for info in list_models() if info.available_offline)
 

@@ -34,7 +34,7 @@ from ..live.registry import SessionLimitReached
 from . import panel
 from .chunk_order import ChunkSequencer
 from .chunk_tap import ChunkInbox, receives_every_chunk
-from .chunk_tap import install_chunk_tap as _install_chunk_tap  # its name here before chunk_tap.py
+from .chunk_tap import install_chunk_tap
 from .latency_svg import latency_svg
 from .live_view import (COPY_ON_CLICK_JS, IDLE_TEXT, TENTATIVE_STYLE, changed_only, render, sent,
                         transcript_html)
@@ -295,7 +295,7 @@ class LiveTab:
     # --- this computer's microphone
 
     def desktop_start(self, cache_on, mode, model_name=None, request: gr.Request = None):
-        from .. import mic
+        from ..live import mic
 
         model = self._model(model_name)
         if self.defaults is not None and not self.defaults.policy.server_mic:
@@ -334,9 +334,9 @@ SERVER_MIC_OFF = ("This computer's microphone is off on this shared server: visi
 def _availability_text(defaults: Optional[Defaults] = None) -> str:
     if defaults is not None and not defaults.policy.server_mic:
         return f"⚠️ {SERVER_MIC_OFF}"
-    from .. import mic
+    from ..live.mic_device import availability
 
-    problem = mic.availability()
+    problem = availability()
     if problem:
         return f"⚠️ Unavailable here: {problem}"
     return "Ready: records on the machine that runs this app (for when the browser can't share a microphone)."
@@ -347,7 +347,7 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: Option
     """Lay out the Live tab in the current Blocks context and wire it. model_choice: the
     page's model dropdown (the Transcribe tab's), whose model each new session uses."""
     tab = LiveTab(store, defaults, idle_timeout_s)
-    tab.tapping = _install_chunk_tap()
+    tab.tapping = install_chunk_tap()
     model = store.get(defaults.model) if store.is_loaded(defaults.model) else None
     timer = gr.Timer(REFRESH_S, active=False)
 

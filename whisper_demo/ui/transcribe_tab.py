@@ -78,9 +78,9 @@ def language_choices() -> List[Tuple[str, str]]:
 
 
 def model_choices() -> List[Tuple[str, str]]:
-    """Dropdown entries from models.list_models(): offline ones first, the rest marked."""
+    """Dropdown entries from model_sources.list_models(): offline ones first, the rest marked."""
     try:
-        from ..models import list_models
+        from ..model_sources import list_models
 
         infos = list_models()
     except Exception as exc:  # a broken models module must not take the page down

@@ -4,8 +4,8 @@
     python app.py --list-devices
     python app.py --mic --input-device 3
 
-The device itself (sounddevice, imported lazily, and the devices it lists) is mic_device.py;
-its names are importable from here too. Without PortAudio or an input device the rest of
+The device itself (sounddevice, imported lazily, and the devices it lists) is mic_device.py.
+Without PortAudio or an input device the rest of
 the app still works, and these functions raise MicUnavailable with a message that says what
 to install or plug in. WavInputStream stands in for a sound card in tests and demos.
 """
@@ -21,13 +21,14 @@ from typing import Callable, Optional, TextIO
 
 import numpy as np
 
-from .audio import SAMPLE_RATE
-from .events import DecodeOptions, TokenEvent
-from .timing import warm_up
-from .live import LiveConfig, LiveSession, LiveUpdate, LiveWorker, model_decoder
+from ..audio import SAMPLE_RATE
+from ..events import DecodeOptions, TokenEvent
+from ..timing import warm_up
+from .decoder import model_decoder
 from .mic_device import BLOCK_SECONDS, MicStream, MicUnavailable
-# the device's other names, importable from here as before mic.py was split (app.py, the page)
-from .mic_device import availability, input_devices, list_devices_text  # noqa: F401
+from .session import LiveConfig, LiveSession
+from .snapshots import LiveUpdate
+from .worker import LiveWorker
 
 DIM, RESET, CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[2K"
 

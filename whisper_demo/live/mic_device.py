@@ -17,7 +17,7 @@ from typing import Callable, List, Optional, Union
 
 import numpy as np
 
-from .audio import SAMPLE_RATE
+from ..audio import SAMPLE_RATE
 
 BLOCK_SECONDS = 0.1
 
