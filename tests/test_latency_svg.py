@@ -6,7 +6,8 @@ import re
 import pytest
 
 from whisper_demo.ui.latency_chart import DRAFT_COLORS, DRAFT_SUFFIX, MODE_COLORS, series_label
-from whisper_demo.ui.latency_svg import HEIGHT, TOP, latency_svg, nice_ceiling
+from whisper_demo.ui.latency_svg import HEIGHT, TOP, latency_svg
+from whisper_demo.ui.svg_axes import nice_ceiling
 
 
 def polylines(svg: str):

@@ -12,26 +12,15 @@ speech_25s.wav through the fake microphone); an SVG string costs next to nothing
 from __future__ import annotations
 
 import html
-import math
 from typing import Dict, List, Sequence, Tuple
 
 from .latency_chart import DRAFT_SUFFIX, chart_colors
+from .svg_axes import PlotArea, nice_ceiling
 
 WIDTH, HEIGHT = 640, 230
 LEFT, RIGHT, TOP, BOTTOM = 52, 12, 14, 30  # margins around the plot area
 TITLE = "Per-token decoder latency (recent re-decodes)"
 FALLBACK_COLOR = "#64748b"
-
-
-def nice_ceiling(value: float) -> float:
-    """The smallest 1, 2 or 5 times a power of ten that is >= value (an axis top)."""
-    if value <= 0:
-        return 1.0
-    power = 10 ** math.floor(math.log10(value))
-    for step in (1, 2, 5, 10):
-        if step * power >= value:
-            return float(step * power)
-    return float(10 * power)  # pragma: no cover - the loop always returns
 
 
 def latency_svg(series: Dict[str, Sequence[Tuple[float, bool]]]) -> str:
@@ -44,25 +33,13 @@ def latency_svg(series: Dict[str, Sequence[Tuple[float, bool]]]) -> str:
                 "Each token's latency appears here once a re-decode has run.</div></div>")
     colors = chart_colors()
     n = max(len(values) for values in series.values())
-    top = nice_ceiling(max(ms for values in series.values() for ms, _ in values))
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    area = PlotArea(WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM, steps=n,
+                    ceiling_ms=nice_ceiling(max(ms for values in series.values() for ms, _ in values)))
+    x, y = area.x, area.y
 
-    def x(i: int) -> float:
-        return LEFT + plot_w * (i / max(1, n - 1))
-
-    def y(ms: float) -> float:
-        return TOP + plot_h * (1 - min(ms, top) / top)
-
-    parts: List[str] = []
-    for fraction in (0.0, 0.5, 1.0):  # grid lines and their labels
-        ms, gy = top * fraction, y(top * fraction)
-        parts.append(f'<line x1="{LEFT}" y1="{gy:.1f}" x2="{WIDTH - RIGHT}" y2="{gy:.1f}" '
-                     'stroke="#e2e8f0" stroke-width="1"/>')
-        parts.append(f'<text x="{LEFT - 6}" y="{gy + 4:.1f}" text-anchor="end">{ms:g}</text>')
-    parts.append(f'<text x="{LEFT}" y="{HEIGHT - 8}">token 0</text>')
-    parts.append(f'<text x="{WIDTH - RIGHT}" y="{HEIGHT - 8}" text-anchor="end">{n - 1}</text>')
-    parts.append(f'<text x="12" y="{TOP + plot_h / 2:.1f}" text-anchor="middle" '
-                 f'transform="rotate(-90 12 {TOP + plot_h / 2:.1f})">ms</text>')
+    parts: List[str] = area.grid((0.0, 0.5, 1.0))
+    parts += area.step_labels("token 0", baseline=8)
+    parts.append(area.ms_title())
     legend = []
     for label, values in series.items():
         color = colors.get(label, FALLBACK_COLOR)

@@ -8,7 +8,7 @@ previous one was drawn without colour until the run ended (and the page logged "
 read properties of undefined" while the rebuild raced the data); re-rendering it for every
 update also kept the browser's main thread busy during long decodes. An SVG string is
 drawn by the browser at once, in the colours given here. The Live tab draws the same way
-(latency_svg.py, whose axis helper this module shares).
+(latency_svg.py); both draw in svg_axes.PlotArea.
 
 Pure: strings in, HTML out; no gradio. Every number drawn is a latency a TokenEvent or a
 DecodeResult reported.
@@ -22,7 +22,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from .latency_svg import nice_ceiling
+from .svg_axes import PlotArea, nice_ceiling
 
 WIDTH, HEIGHT = 1000, 260
 LEFT, RIGHT, TOP, BOTTOM = 52, 14, 14, 32  # margins around the plot area
@@ -57,30 +57,19 @@ def chart_html(lines: Sequence[Line], window_starts: Sequence[int] = (), caption
     if not lines:  # one line saying what will be here; the caption comes with the lines
         return f'<div class="wk-chart">{heading}<div class="wk-sub">{html.escape(EMPTY_TEXT)}</div></div>'
     n = max(len(line.latencies_ms) for line in lines)
-    top = nice_ceiling(max(max(line.latencies_ms) for line in lines))
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    area = PlotArea(WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM, steps=n,
+                    ceiling_ms=nice_ceiling(max(max(line.latencies_ms) for line in lines)))
+    x, y = area.x, area.y
 
-    def x(i: float) -> float:
-        return LEFT + plot_w * (i / max(1, n - 1))
-
-    def y(ms: float) -> float:
-        return TOP + plot_h * (1 - min(ms, top) / top)
-
-    parts: List[str] = []
-    for fraction in (0.0, 0.25, 0.5, 0.75, 1.0):  # grid lines and their labels
-        ms, gy = top * fraction, y(top * fraction)
-        parts.append(f'<line x1="{LEFT}" y1="{gy:.1f}" x2="{WIDTH - RIGHT}" y2="{gy:.1f}" stroke="#e2e8f0"/>')
-        parts.append(f'<text x="{LEFT - 6}" y="{gy + 4:.1f}" text-anchor="end">{ms:g}</text>')
-    parts.append(f'<text x="{LEFT}" y="{HEIGHT - 10}">step 0</text>')
-    parts.append(f'<text x="{WIDTH - RIGHT}" y="{HEIGHT - 10}" text-anchor="end">{n - 1}</text>')
-    parts.append(f'<text x="{LEFT + plot_w / 2:.0f}" y="{HEIGHT - 10}" text-anchor="middle">'
+    parts: List[str] = area.grid((0.0, 0.25, 0.5, 0.75, 1.0))
+    parts += area.step_labels("step 0", baseline=10)
+    parts.append(f'<text x="{LEFT + area.plot_width / 2:.0f}" y="{HEIGHT - 10}" text-anchor="middle">'
                  'token position (decoder step)</text>')
-    parts.append(f'<text x="12" y="{TOP + plot_h / 2:.1f}" text-anchor="middle" '
-                 f'transform="rotate(-90 12 {TOP + plot_h / 2:.1f})">ms</text>')
+    parts.append(area.ms_title())
     for step in window_starts:
         if 0 < step < n:
             parts.append(f'<line class="wk-window-mark" x1="{x(step):.1f}" x2="{x(step):.1f}" y1="{TOP}" '
-                         f'y2="{TOP + plot_h}" stroke="{MARK_COLOR}" stroke-dasharray="4,3">'
+                         f'y2="{TOP + area.plot_height}" stroke="{MARK_COLOR}" stroke-dasharray="4,3">'
                          f'<title>a new 30 s window starts at step {step}</title></line>')
     legend = []
     for line in lines:
