@@ -86,7 +86,7 @@ class AlignAttPolicy(CommittedWords):
         reason = ("end of speech" if speech_end is not None else "heard before the edge") if stop else ""
         if stop < len(words) and why:
             reason = f"{reason}; stopped at {words[stop].text!r}: {why}".lstrip("; ")
-        return self._commit_read(words, peaks, stop, hyp, reason)
+        return replace(self._commit_read(words, peaks, stop, hyp, reason), edge=edge)
 
     def finish(self, hyp: Optional[Hypothesis] = None, speech_end: Optional[float] = None) -> Decision:
         """The session ended: commit the last decode's new words (heard before the end of

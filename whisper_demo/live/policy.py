@@ -108,6 +108,7 @@ class Decision:
     tentative: Tuple[TimedWord, ...]  # the rest of this hypothesis (may still change)
     cut_at: Optional[float] = None  # the buffer may be cut here (stream seconds)
     reason: str = ""  # which rule committed or cut, for the log and the panel
+    edge: Optional[float] = None  # AlignAtt: a token read past this (stream seconds) stops the commit
 
 
 @dataclass

@@ -50,7 +50,7 @@ from .decoder import Decoder
 from .attempt import decode_attempt
 from .hypotheses import hypothesis
 from .policy import AgreementPolicy, CommittedWords, Decision, TimedWord
-from .snapshots import LiveStats, LiveUpdate, percentile
+from .snapshots import BufferView, LiveStats, LiveUpdate, buffer_view, percentile
 from .vad import VoiceDetector
 
 
@@ -113,6 +113,7 @@ class LiveSession:
         self._decoded_to = 0  # stream sample up to which the last re-decode heard
         self._tentative: Tuple[TimedWord, ...] = ()
         self._last_result: Optional[DecodeResult] = None
+        self._buffer_view: Optional[BufferView] = None  # the audio the last re-decode read
         self._decodes = 0
         self._skipped = 0
         self._loops = 0  # decodes that fell into a loop
@@ -340,6 +341,7 @@ class LiveSession:
         else:
             decision = self.policy.update(hyp, speech_end)
         latencies = self._commit_latencies(decision.committed, now, record=not final)
+        self._buffer_view = buffer_view(self._buffer, offset_s, hyp, decision, self.policy.committed_end, pause)
         trimmed = self._cut_to(cut_sample(self.vad, decision.cut_at)) if decision.cut_at is not None else 0.0
         if final:
             trimmed += self._cut_to(self._offset + self._buffer.size)
@@ -379,7 +381,8 @@ class LiveSession:
             new_committed=" ".join(w.text for w in decision.committed), decoded=decoded,
             first_token_ms=first_token_ms, commit_latencies_s=tuple(latencies),
             stats=self.stats(), result=result, last_event=last_event,
-            trimmed_seconds=trimmed, final=final, reason=reason)
+            trimmed_seconds=trimmed, final=final, reason=reason,
+            buffer=self._buffer_view and self._buffer_view.committed_to(self.policy.committed_end))
 
 
 def cut_sample(vad: VoiceDetector, cut_at: float) -> int:

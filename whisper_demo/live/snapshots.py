@@ -1,15 +1,21 @@
 """What a live session publishes: immutable snapshots (its stats, and one LiveUpdate per
 re-decode or skipped one) that the page, the terminal and the benchmark read while the
-session's own thread goes on changing its state."""
+session's own thread goes on changing its state. A decoded update also carries a
+BufferView: the audio that re-decode read and where the policy stands in it (the Live
+tab draws it under the transcript: ui/live_strip.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
 import numpy as np
 
+from ..audio import SAMPLE_RATE
 from ..events import DecodeResult, TokenEvent
+from .policy import Decision, Hypothesis
+
+ENVELOPE_BARS = 240  # a few hundred bars draw a waveform; each is the loudest sample of its slice
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,55 @@ class LiveStats:
 
 
 @dataclass(frozen=True)
+class WordMark:
+    """Where the attention read one word of a re-decode."""
+
+    text: str
+    seconds: float  # stream time of its last token's attention peak
+    committed: bool  # committed by this re-decode (else still tentative)
+
+
+@dataclass(frozen=True)
+class BufferView:
+    """The audio buffer one re-decode read, and where the policy stands in it. Times are
+    stream seconds (from the session's first sample)."""
+
+    start: float
+    end: float
+    envelope: Tuple[float, ...]  # loudest |sample| of each of up to ENVELOPE_BARS equal slices
+    committed_until: float  # end of the last committed word (before `start`: none in this buffer)
+    words: Tuple[WordMark, ...] = ()  # the decode's new words with attention (AlignAtt only)
+    cursor: Optional[float] = None  # where the newest token's attention peaked (None: no attention)
+    edge: Optional[float] = None  # AlignAtt: a token read past this stopped the commit
+    at_pause: bool = False  # the speaker had paused: the edge sits nearer the end (alignatt.py, rule 6)
+
+    def committed_to(self, seconds: float) -> "BufferView":
+        """The same audio after later commits (an update that ran no decode)."""
+        return replace(self, committed_until=seconds)
+
+
+def envelope(samples: np.ndarray, bars: int = ENVELOPE_BARS) -> Tuple[float, ...]:
+    """The waveform's outline: the loudest |sample| of each of `bars` equal slices (fewer
+    for a buffer shorter than that many samples). One pass over the buffer."""
+    if samples.size == 0:
+        return ()
+    starts = np.linspace(0, samples.size, min(bars, samples.size) + 1).astype(np.int64)[:-1]
+    return tuple(round(float(v), 4) for v in np.maximum.reduceat(np.abs(samples), starts))
+
+
+def buffer_view(samples: np.ndarray, start: float, hyp: Optional[Hypothesis], decision: Decision,
+                committed_until: float, at_pause: bool) -> BufferView:
+    """What the strip shows of a re-decode of `samples` (starting at `start` stream
+    seconds): made before the buffer is cut, with the committed end after the decision."""
+    committed = set(decision.committed)
+    marks = tuple(WordMark(word.text, peaks[-1], word in committed)
+                  for word, peaks in zip(hyp.words, hyp.peaks) if peaks) if hyp is not None else ()
+    return BufferView(start, start + samples.size / SAMPLE_RATE, envelope(samples), committed_until,
+                      marks, cursor=marks[-1].seconds if marks else None, edge=decision.edge,
+                      at_pause=at_pause)
+
+
+@dataclass(frozen=True)
 class LiveUpdate:
     committed: str  # everything committed so far
     tentative: str  # the current hypothesis after the committed text (may still change)
@@ -51,6 +106,7 @@ class LiveUpdate:
     trimmed_seconds: float = 0.0  # audio cut from the buffer's start
     final: bool = False  # from finish()
     reason: str = ""  # which rule committed or cut, or why no decode ran
+    buffer: Optional[BufferView] = None  # the audio the last re-decode read (None before one)
 
 
 def percentile(values, q) -> Optional[float]:
