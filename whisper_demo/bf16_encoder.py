@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import bf16_attention
+
 QUERY_BLOCK = 256  # queries per attention block: 6-20 heads x 256 x 1500 scores in cache
 # CPU flags (Linux /proc/cpuinfo) for native bfloat16 dot products
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -67,6 +69,15 @@ class Bf16Encoder:
             for name, value in state.items()}
         self.n_layers = len(encoder.blocks)
         self.n_head = encoder.blocks[0].attn.n_head
+        for layer in range(self.n_layers):  # one projection for queries, keys and values
+            self._fuse_projections(f"blocks.{layer}.attn.")
+
+    def _fuse_projections(self, prefix: str) -> None:
+        w = self.weights
+        parts = [w.pop(prefix + part + ".weight") for part in ("query", "key", "value")]
+        w[prefix + "qkv.weight"] = torch.cat(parts)
+        key_bias = torch.zeros_like(w[prefix + "query.bias"])  # Whisper's key projection has none
+        w[prefix + "qkv.bias"] = torch.cat([w.pop(prefix + "query.bias"), key_bias, w.pop(prefix + "value.bias")])
 
     def __call__(self, mel: Tensor) -> Tensor:
         """Features [batch, frames // 2, d] (float32) for a mel [batch, n_mels, frames]."""
@@ -74,7 +85,9 @@ class Bf16Encoder:
         with torch.inference_mode():
             x = F.gelu(F.conv1d(mel.to(torch.bfloat16), w["conv1.weight"], w["conv1.bias"], padding=1))
             x = F.gelu(F.conv1d(x, w["conv2.weight"], w["conv2.bias"], stride=2, padding=1))
-            x = x.permute(0, 2, 1).float() + w["positional_embedding"][: x.shape[2]]
+            # contiguous: the permuted layout would otherwise carry through every residual add,
+            # and each layer norm and projection would copy it first
+            x = x.permute(0, 2, 1).float().contiguous() + w["positional_embedding"][: x.shape[2]]
             for layer in range(self.n_layers):
                 block = f"blocks.{layer}."
                 x = x + self._attention(self._norm(x, block + "attn_ln"), block + "attn.")
@@ -90,18 +103,26 @@ class Bf16Encoder:
         return F.linear(x, self.weights[name + ".weight"], self.weights.get(name + ".bias"))
 
     def _attention(self, x: Tensor, prefix: str) -> Tensor:
-        batch, positions, width = x.shape
-        heads = [self._linear(x, prefix + part).view(batch, positions, self.n_head, -1).transpose(1, 2)
-                 for part in ("query", "key", "value")]
-        q, k, v = heads
+        qkv = self._linear(x, prefix + "qkv")
+        if bf16_attention.available() and qkv.shape[-1] == 3 * self.n_head * bf16_attention.HEAD_DIM:
+            heads = bf16_attention.attention(qkv, self.n_head)
+        else:
+            heads = self._attention_in_blocks(qkv)
+        return self._linear(heads, prefix + "out")
+
+    def _attention_in_blocks(self, qkv: Tensor) -> Tensor:
+        """The same attention in PyTorch (no compiler, another head width), a block of queries
+        at a time so that one block's scores stay in cache."""
+        batch, positions, width = qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3
+        q, k, v = (part.view(batch, positions, self.n_head, -1).transpose(1, 2).contiguous()
+                   for part in qkv.split(width, dim=-1))
         q = q * q.shape[-1] ** -0.5  # openai-whisper scales q and k by d**-0.25 each: the same product
         keys = k.transpose(-1, -2).contiguous()
         out = torch.empty_like(q)
         for start in range(0, positions, QUERY_BLOCK):
             scores = q[:, :, start:start + QUERY_BLOCK] @ keys
             torch.matmul(torch.softmax(scores, dim=-1), v, out=out[:, :, start:start + QUERY_BLOCK])
-        return self._linear(out.transpose(1, 2).reshape(batch, positions, width), prefix + "out")
-
+        return out.transpose(1, 2).reshape(batch, positions, width)
 
 _encoders: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
