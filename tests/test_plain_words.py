@@ -10,8 +10,8 @@ import torch
 from whisper.model import ModelDimensions
 
 from whisper_demo.events import TokenEvent
-from whisper_demo.ui import attention as attention_view
 from whisper_demo.ui import live_view, panel
+from whisper_demo.ui.plain_tokens import plain_token
 
 JARGON = ("n_text_ctx", "d_model", "torch.cat", "prefilled", "hypothesis", "put back", "SOT", "EOT", "PREV")
 
@@ -66,8 +66,8 @@ def test_the_live_idle_panel_is_about_recording():
 
 def test_timestamp_chips_say_which_end_of_a_segment():
     # Whisper writes <|3.16|><|3.16|> between two segments: the end of one, the start of the next
-    assert attention_view._short("<|3.16|>", " you") == "to 3.16 s"
-    assert attention_view._short("<|3.16|>", "<|3.16|>") == "from 3.16 s"
-    assert attention_view._short("<|0.00|>", "<|startoftranscript|>") == "from 0 s"
-    assert attention_view._short("<|endoftext|>") == "end"
-    assert attention_view._short("<|en|>") == "english"
+    assert plain_token("<|3.16|>", " you") == "to 3.16 s"
+    assert plain_token("<|3.16|>", "<|3.16|>") == "from 3.16 s"
+    assert plain_token("<|0.00|>", "<|startoftranscript|>") == "from 0 s"
+    assert plain_token("<|endoftext|>") == "end"
+    assert plain_token("<|en|>") == "english"

@@ -17,7 +17,8 @@ from whisper_demo.cache import hook_count, self_cache_bytes
 from whisper_demo.decode import stream_transcribe
 from whisper_demo.events import DecodeOptions, TokenEvent
 from whisper_demo.ui import Defaults, ModelStore, build_app, panel
-from whisper_demo.ui.transcribe_tab import Throttle
+from whisper_demo.ui.formats import fmt_bytes, fmt_ms
+from whisper_demo.ui.throttle import Throttle
 
 from whisper_demo.examples import EXAMPLES_DIR as DATA
 JFK = str(DATA / "jfk.wav")
@@ -91,14 +92,14 @@ def test_panel_numbers_match_the_events(app, tiny_model, clip):
     assert f"{last.cache_tokens}<small> / {last.cache_capacity}" in final
     elem = tiny_model.decoder.token_embedding.weight.element_size()
     assert last.self_cache_bytes == self_cache_bytes(tiny_model, last.cache_tokens, 1, elem)
-    assert panel.fmt_bytes(last.self_cache_bytes) in final
-    assert panel.fmt_bytes(last.cross_cache_bytes) in final
+    assert fmt_bytes(last.self_cache_bytes) in final
+    assert fmt_bytes(last.cross_cache_bytes) in final
     assert f"{result.n_tokens} decoder steps" in final
     # the page's latencies are its own run's; the panel's mean is exactly their mean
     label, latencies = updates[-1][4]
     assert label == "KV cache: static" and len(latencies) == result.n_tokens
-    assert f"mean · p95 {panel.fmt_ms(float(np.percentile(latencies, 95)))}" in final
-    assert panel.fmt_ms(float(np.mean(latencies))) in final
+    assert f"mean · p95 {fmt_ms(float(np.percentile(latencies, 95)))}" in final
+    assert fmt_ms(float(np.mean(latencies))) in final
 
     # The chart's last drawing is that run, one point per token
     lines = chart_lines(updates[-1][2])

@@ -4,9 +4,10 @@
     app = build_app(store, Defaults(model="tiny.en"))
     launch(app, host="127.0.0.1", port=7860)
 
-Layout: a header with the model line, then tabs: "Transcribe" (transcribe_tab.py: upload,
-record, examples, streamed transcript, cache panel, latency chart, Compare, Stop) and
-"Live" (live_tab.py, when present: streaming microphone). panel.py formats numbers for both.
+Layout: a header with the model line, then tabs: "Transcribe" (transcribe_layout.py lays
+out upload, record, examples, streamed transcript, cache panel, latency chart, Compare,
+Stop; transcribe_tab.py handles them; model_switch.py the model dropdown) and "Live"
+(live_tab.py, when present: streaming microphone). panel.py draws the cache panel for both.
 
 Queue
 -----
@@ -29,9 +30,11 @@ from typing import Optional
 
 import gradio as gr
 
+from .attention_view import ATTENTION_CSS
 from .chunk_order import NUMBERING_JS
-from .attention import ATTENTION_CSS
+from .compare_summary import COMPARE_CSS
 from .panel import PANEL_CSS
+from .window_strip import WINDOW_STRIP_CSS
 from ..limits import CACHE_SWEEP_S
 from .session_files import remove_session_files
 from .store import Defaults, ModelStore
@@ -40,7 +43,7 @@ __all__ = ["build_app", "launch", "Defaults", "ModelStore", "APP_CSS"]
 
 log = logging.getLogger(__name__)
 
-APP_CSS = PANEL_CSS + ATTENTION_CSS + """
+APP_CSS = PANEL_CSS + COMPARE_CSS + WINDOW_STRIP_CSS + ATTENTION_CSS + """
 #wk-header h1 { margin: 0; font-size: 1.6rem; }
 #wk-header p { margin: .15rem 0 0; color: var(--body-text-color-subdued); }
 #model_status p { margin: 0; font-size: .9rem; }
@@ -81,7 +84,7 @@ THEME = gr.themes.Soft(primary_hue="blue", neutral_hue="slate",
 
 def build_app(store: ModelStore, defaults: Optional[Defaults] = None) -> gr.Blocks:
     """The whole page, wired to `store` (shared by every session)."""
-    from .transcribe_tab import build_transcribe_tab
+    from .transcribe_layout import build_transcribe_tab
 
     defaults = defaults or Defaults()
     # Uploads, chunks and served files older than the limit are deleted from Gradio's cache
@@ -99,9 +102,9 @@ def build_app(store: ModelStore, defaults: Optional[Defaults] = None) -> gr.Bloc
             with gr.Column(scale=2):
                 status = ""
                 if store.is_loaded(defaults.model):
-                    from .transcribe_tab import TranscribeTab
+                    from .model_switch import ModelSwitch
 
-                    status = TranscribeTab(store, defaults).model_status()
+                    status = ModelSwitch(store, defaults).model_status()
                 model_status = gr.Markdown(status, elem_id="model_status")
         with gr.Tabs():
             with gr.Tab("Transcribe", id="transcribe"):

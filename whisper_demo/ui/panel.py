@@ -1,13 +1,12 @@
-"""Pure formatting for the live cache panel and the Compare summary.
+"""The live cache panel: what the decoder's KV cache holds and what each token costs.
 
-No gradio here and no decoding: every function takes TokenEvents / DecodeResults (and the
-model, for its dimensions) and returns HTML; the latency charts are drawn in run_chart.py
-and latency_svg.py. Every number shown comes from an event or a result; what this module adds
-is formatting and aggregation (mean and p95 of the latencies seen so far, tokens per second
-from those latencies). The file view and the Live tab both use it, so nothing here knows
-which tab it serves.
+No gradio here and no decoding: panel_html takes a TokenEvent (a decode in progress) or a
+DecodeResult (one finished), with the model for its dimensions, and returns HTML. Every
+number shown comes from an event or a result; the numbers are written by formats.py, long
+audio's window strip is window_strip.py, and the Compare summary is compare_summary.py.
+The file view and the Live tab both use it, so nothing here knows which tab it serves.
 
-The memory formulas (README, "The KV cache, in one page") are shown beside the measured values:
+The memory formulas (docs/kv-cache.md) are shown beside the measured values:
     self K/V  = 2 x layers x d_model x tokens x beams x bytes/element   (cache.self_cache_bytes)
     cross K/V = 2 x layers x 1500 x d_model x bytes/element             (cache.cross_cache_bytes)
 """
@@ -15,18 +14,15 @@ The memory formulas (README, "The KV cache, in one page") are shown beside the m
 from __future__ import annotations
 
 import html
-import time
-from typing import Dict, List, Optional, Sequence, Union
-
-import numpy as np
+from typing import List, Optional, Sequence, Union
 
 from .. import kernels
 from ..cache import cross_cache_bytes, self_cache_bytes
 from ..events import DecodeResult, TokenEvent
+from .formats import fmt_bytes, fmt_clock, fmt_ms, latency_summary, plural
 from .latency_chart import MODE_COLORS, series_label
-from .run_chart import typical_step_ms
-# the chart's colours, importable from here as before the chart moved out of panel.py
-from .latency_chart import chart_colors  # noqa: F401
+from .run_stats import WindowStats
+from .window_strip import windows_html
 
 Item = Union[TokenEvent, DecodeResult]
 
@@ -44,56 +40,8 @@ MODE_TERMS = {
 D_TERM = "d: the width of one token's vector in this model (d_model)"
 
 
-def plural(n: int, word: str) -> str:
-    """1 -> '1 step', 2 -> '2 steps'."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-# ---------------------------------------------------------------------------------------
-# numbers -> text
-
-
-def fmt_bytes(n: Optional[float]) -> str:
-    """1536 -> '1.5 KiB'; binary units, since tensors are sized in powers of two."""
-    if n is None:
-        return "—"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"  # pragma: no cover
-
-
-def fmt_ms(ms: Optional[float]) -> str:
-    if ms is None:
-        return "—"
-    if ms >= 1000:
-        return f"{ms / 1000:.2f} s"
-    return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
-
-
 def element_size(model) -> int:
     return model.decoder.token_embedding.weight.element_size()
-
-
-def latency_summary(latencies_ms: Sequence[float]) -> Dict[str, float]:
-    """last / mean / p95 / tokens per second (decoder time only) of the steps so far."""
-    if not latencies_ms:
-        return {"last": None, "mean": None, "p95": None, "tps": None, "n": 0}
-    arr = np.asarray(latencies_ms, dtype=np.float64)
-    total = arr.sum()
-    return {
-        "last": float(arr[-1]),
-        "mean": float(arr.mean()),
-        "p95": float(np.percentile(arr, 95)),
-        "tps": float(len(arr) / (total / 1000)) if total > 0 else None,
-        "n": len(arr),
-    }
-
-
-# ---------------------------------------------------------------------------------------
-# the panel
 
 
 def _tile(label: str, value: str, sub: str = "", cls: str = "") -> str:
@@ -111,7 +59,7 @@ def _check(measured: int, formula: int) -> str:
 def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[float]] = None,
                last_event: Optional[TokenEvent] = None, status: str = "",
                wall_seconds: Optional[float] = None, encoder_ms: Optional[float] = None,
-               windows: Optional[List["WindowStats"]] = None) -> str:
+               windows: Optional[List[WindowStats]] = None) -> str:
     """The live panel for a decode in progress (a TokenEvent) or finished (a DecodeResult).
 
     latencies_ms: per-step latencies seen so far (for mean/p95 while streaming; a result
@@ -256,69 +204,6 @@ def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[f
     return f'<div class="wk-panel">{header}<div class="wk-grid">{"".join(tiles)}</div>{strip}</div>'
 
 
-def fmt_clock(seconds: float) -> str:
-    """169.4 -> '2:49'"""
-    seconds = max(0, int(round(seconds)))
-    return f"{seconds // 60}:{seconds % 60:02d}"
-
-
-def windows_html(windows: List["WindowStats"], latencies_ms: Optional[Sequence[float]],
-                 event: TokenEvent) -> str:
-    """Long audio, window by window: where the decoder is in the audio, what the current
-    window did to the cache, and the latency of every step so far with the window
-    boundaries marked (each window's first step prefills its prompt in one forward)."""
-    current = windows[-1]
-    duration = max(event.audio_seconds, 1e-6)
-    bands = "".join(
-        f'<div title="window {w.window + 1}: {fmt_clock(w.start)}–{fmt_clock(w.end)}" '
-        f'style="left:{100 * w.start / duration:.2f}%;width:{100 * (w.end - w.start) / duration:.2f}%"'
-        f' class="{"wk-win-now" if w is current else "wk-win-done"}"></div>' for w in windows)
-    start = current.prefill - current.prompt
-    if event.cache_mode == "off":
-        cache_text = (f"No cache: every step reruns the {current.prompt} tokens of text so far, "
-                      f"{start} start tokens and the {max(0, current.steps - 1)} new ones, and turns "
-                      f"this window's audio into attention keys and values again")
-    else:
-        cache_text = (f'Cache filled again: <span title="the prompt, prefilled in one forward pass">'
-                      f"{current.prompt} tokens of text so far and {start} start tokens read in one "
-                      f"pass ({fmt_ms(current.prefill_ms)})</span>, then "
-                      f"{max(0, current.steps - 1)} new ones one by one; the audio's keys and values "
-                      f"computed once for this window")
-    text = (f"<b>Window {current.window + 1} of about {event.n_windows}</b> · "
-            f"{fmt_clock(current.start)}–{fmt_clock(current.end)} of {fmt_clock(event.audio_seconds)}. "
-            f"{cache_text}; encoder {fmt_ms(current.encoder_ms)}.")
-    return (f'<div class="wk-windows"><div class="wk-sub">{text}</div>'
-            f'<div class="wk-audio-bar">{bands}</div>'
-            f'{_window_latency_svg(windows, latencies_ms or [])}</div>')
-
-
-def _window_latency_svg(windows: List["WindowStats"], latencies_ms: Sequence[float],
-                        width: int = 760, height: int = 70) -> str:
-    """Per-step latency with a dashed line where each window starts."""
-    if not latencies_ms:
-        return ""
-    values = np.asarray(latencies_ms, dtype=np.float64)
-    top = max(float(np.percentile(values, 99)), 1e-6)
-    n = len(values)
-    x = np.linspace(0, width, n) if n > 1 else np.array([0.0])
-    y = height - 12 - np.minimum(values / top, 1.0) * (height - 16)
-    points = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(x, y))
-    marks = []
-    for w in windows:
-        if w.first_step >= n:
-            continue
-        mx = x[w.first_step]
-        marks.append(
-            f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="0" y2="{height - 10}" stroke="#64748b" '
-            f'stroke-dasharray="3,3"><title>window {w.window + 1} starts at step {w.first_step}: '
-            f'{w.prefill} tokens read in one pass ({w.prompt} of text so far)</title></line>'
-            f'<text x="{mx + 3:.1f}" y="{height - 1}" font-size="10" fill="#64748b">w{w.window + 1}</text>')
-    return (f'<svg class="wk-win-latency" viewBox="0 0 {width} {height}" width="100%" height="{height}" '
-            f'preserveAspectRatio="none"><title>per-token latency (up to {fmt_ms(top)}); '
-            f'dashed: a new 30 s window</title>{"".join(marks)}<polyline points="{points}" fill="none" '
-            f'stroke="#2563eb" stroke-width="1.2"/></svg>')
-
-
 IDLE_TEXT = "Drop a file, record, or pick an example: the cache fills here as tokens arrive."
 
 
@@ -353,86 +238,6 @@ def with_status(panel: str, status: str) -> str:
     return re.sub(r'(<span class="wk-status">)([^<]*)(</span>)', swap, panel or "", count=1)
 
 
-# ---------------------------------------------------------------------------------------
-# Compare
-
-
-def compare_html(cached: DecodeResult, uncached: DecodeResult) -> str:
-    """Both runs, the speedup, and whether the two token sequences are identical.
-
-    The speedup shown first is the ratio of the two runs' median decoder steps, the first
-    step apart (run_chart.typical_step_ms): a step's cost is what the cache changes, and a
-    median holds from run to run where a total moves with whatever else the machine did
-    during a few seconds (one spike of 60 ms weighs in a total of 0.3 s)."""
-    identical = cached.tokens == uncached.tokens
-    step_on, step_off = typical_step_ms(cached.latencies_ms), typical_step_ms(uncached.latencies_ms)
-    per_step = f"{step_off / step_on:.1f}×" if step_on and step_off else "—"
-    total = uncached.decode_seconds / cached.decode_seconds if cached.decode_seconds > 0 else float("inf")
-    greedy = cached.beam_size == 1
-    if identical:
-        badge = '<span class="wk-pill wk-pill-ok">✓ identical tokens</span>'
-    else:
-        first = next((i for i, (a, b) in enumerate(zip(cached.tokens, uncached.tokens)) if a != b),
-                     min(len(cached.tokens), len(uncached.tokens)))
-        why = "a bug: greedy decoding must not depend on the cache" if greedy else "beam search"
-        badge = (f'<span class="wk-pill wk-pill-bad">✗ tokens differ from position {first} ({why})</span>')
-
-    def col(result: DecodeResult, step: Optional[float]) -> str:
-        color = MODE_COLORS.get(result.cache_mode, "#475569")
-        wall = result.decode_seconds + result.encoder_ms / 1000
-        return (
-            f'<div class="wk-cmp-col" style="border-color:{color}">'
-            f'<div class="wk-label" style="color:{color}">{html.escape(series_label(result.cache_mode, result.beam_size))}</div>'
-            f'<div class="wk-value">{fmt_ms(step)}</div>'
-            f'<div class="wk-sub">median step (the first apart) · {result.n_tokens} tokens<br>'
-            f'decoder {result.decode_seconds:.2f} s · with the encoder {wall:.2f} s</div></div>'
-        )
-
-    return (
-        f'<div class="wk-compare">{col(cached, step_on)}{col(uncached, step_off)}'
-        f'<div class="wk-cmp-col wk-cmp-speed"><div class="wk-label">Speedup from the cache</div>'
-        f'<div class="wk-value">{per_step}</div>'
-        f'<div class="wk-sub">per token: the median steps\' ratio · whole decoder time {total:.1f}× '
-        f'(moves with the machine\'s load)</div>'
-        f'{badge}</div></div>'
-    )
-
-
-class WindowStats:
-    """One 30 s window of a run, from its TokenEvents."""
-
-    def __init__(self, event: TokenEvent, first_step: int):
-        self.window = event.window
-        self.first_step = first_step  # index into the run's latencies
-        self.start, self.end = event.window_start, event.window_end
-        self.prompt, self.prefill = event.prompt_tokens, event.prefill_tokens
-        self.prefill_ms = event.latency_ms  # the first step runs the prefill
-        self.encoder_ms = event.window_encoder_ms
-        self.steps = 0
-
-
-class RunStats:
-    """Aggregates one run's events for the panel: latencies so far, the last event, and
-    the windows (long audio)."""
-
-    def __init__(self):
-        self.latencies_ms: List[float] = []
-        self.last_event: Optional[TokenEvent] = None
-        self.windows: List[WindowStats] = []
-        self.started = time.perf_counter()
-
-    def add(self, event: TokenEvent) -> None:
-        if not self.windows or self.windows[-1].window != event.window or event.restart:
-            self.windows.append(WindowStats(event, len(self.latencies_ms)))
-        self.windows[-1].steps += 1
-        self.latencies_ms.append(event.latency_ms)
-        self.last_event = event
-
-    @property
-    def wall_seconds(self) -> float:
-        return time.perf_counter() - self.started
-
-
 PANEL_CSS = """
 .wk-panel { font-variant-numeric: tabular-nums; }
 .wk-head { display:flex; align-items:center; gap:.6rem; margin-bottom:.5rem; flex-wrap:wrap; }
@@ -452,18 +257,4 @@ PANEL_CSS = """
 .wk-warn { color:#b45309; font-weight:600; }
 .wk-bar { height:6px; background:var(--border-color-primary); border-radius:3px; margin:.25rem 0 .2rem; overflow:hidden; }
 .wk-bar > div { height:100%; border-radius:3px; transition:width .15s; }
-.wk-compare { display:grid; grid-template-columns:1fr 1fr 1.2fr; gap:.5rem; font-variant-numeric:tabular-nums; }
-.wk-cmp-col { border:1px solid var(--border-color-primary); border-left-width:4px; border-radius:8px;
-              padding:.45rem .65rem; background:var(--background-fill-secondary); }
-.wk-cmp-speed { border-left-color:#15803d; }
-.wk-pill { display:inline-block; margin-top:.35rem; border-radius:999px; padding:.1rem .6rem;
-           font-size:.8rem; font-weight:700; }
-.wk-pill-ok { background:#dcfce7; color:#166534; }
-.wk-pill-bad { background:#fee2e2; color:#991b1b; }
-.wk-windows { margin-top:.5rem; }
-.wk-audio-bar { position:relative; height:10px; background:var(--border-color-primary); border-radius:3px;
-                margin:.3rem 0; overflow:hidden; }
-.wk-audio-bar > div { position:absolute; top:0; bottom:0; border-right:1px solid #fff; }
-.wk-win-done { background:#93c5fd; }
-.wk-win-now { background:#2563eb; }
 """

@@ -11,8 +11,10 @@ When the run ends: the token-by-position map of each window (hover a cell for it
 weight), where each token looked in the audio, the words on a player (playing highlights
 the word being spoken, a click plays from that word), and downloads (PNG maps, JSON).
 
-Pure HTML/SVG strings plus matplotlib PNGs; the page's wiring is in transcribe_tab.py.
-Every number drawn comes from a TokenEvent or the DecodeResult (attention.py gathers them).
+Pure HTML/SVG strings; the maps are drawn by attention_maps.py, the beam ribbon by
+beam_ribbon.py, token texts by plain_tokens.py, and the page's wiring is in
+transcribe_layout.py. Every number drawn comes from a TokenEvent or the DecodeResult
+(whisper_demo/attention.py gathers them).
 """
 
 from __future__ import annotations
@@ -20,27 +22,20 @@ from __future__ import annotations
 import base64
 import html
 import io
-import re
 import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
-from whisper.tokenizer import LANGUAGES
 
 from ..attention import AttentionRecord, WindowRecord, token_labels
 from ..events import TIMESTAMP_SECONDS, DecodeResult, TokenEvent
+from .attention_maps import cross_png, map_svg, maps_png, weight_color
+from .beam_ribbon import ribbon_caption, ribbon_svg
+from .plain_tokens import plain_token, previous_label
 
-BLUE = (37, 99, 235)
 WAVE_COLUMNS = 600  # waveform envelope resolution
-RIBBON_STEPS = 40  # the ribbon shows the last this many reorders
-MAP_MIN_WEIGHT = 0.01  # map cells below this (of the row's peak) are left blank: fewer nodes
 PLAYER_MAX_SECONDS = 300  # the player embeds the audio in the page (32 kB/s as base64 WAV)
-# Whisper's special tokens in plain words (the token itself is in each chip's tooltip)
-SHORT = {"<|startoftranscript|>": "start", "<|startofprev|>": "earlier text", "<|endoftext|>": "end",
-         "<|notimestamps|>": "no times", "<|transcribe|>": "transcribe", "<|translate|>": "translate"}
-TIMESTAMP = re.compile(r"<\|(\d+\.\d+)\|>")
-LANGUAGE = re.compile(r"<\|([a-z]{2,3})\|>")
 
 # How each cache mode obtains the weights it shows (the same weights, to float rounding).
 HOW = {"static": " Weights: read from the static cache.",
@@ -80,31 +75,6 @@ def _layer(choice: str, n_layers: int) -> Optional[int]:
     return int(choice) if choice and choice.isdigit() and int(choice) < n_layers else None
 
 
-def _short(label: str, previous: Optional[str] = None) -> str:
-    """A token as a newcomer reads it. A timestamp token after text ends a segment ("to
-    3.16 s"); any other opens one ("from 3.16 s"), so the pair Whisper writes between two
-    segments reads "to 3.16 s", "from 3.16 s" rather than the same token twice."""
-    stamp = TIMESTAMP.fullmatch(label)
-    if stamp:
-        ends = previous is not None and not previous.startswith("<|")
-        return f"{'to' if ends else 'from'} {float(stamp.group(1)):g} s"
-    language = LANGUAGE.fullmatch(label)
-    if language and language.group(1) in LANGUAGES:
-        return LANGUAGES[language.group(1)]
-    return SHORT.get(label, label)
-
-
-def _previous(labels: Dict[int, str], tokens: List[int], i: int) -> Optional[str]:
-    return labels[tokens[i - 1]] if i > 0 else None
-
-
-def _blue(share: float) -> str:
-    """Colour for a weight as a share of its row's peak. The square root lifts the small
-    weights off white: the first position (start-of-transcript) often takes most of the
-    weight, and on a linear scale everything else would look alike."""
-    return f"rgba({BLUE[0]},{BLUE[1]},{BLUE[2]},{np.sqrt(max(0.0, min(1.0, share))):.3f})"
-
-
 def envelope(samples: np.ndarray, columns: int = WAVE_COLUMNS) -> np.ndarray:
     """[columns] peak amplitude per column, scaled to the loudest (for the waveform)."""
     if len(samples) == 0:
@@ -139,6 +109,10 @@ class AttentionView:
             self._labels.update(token_labels(self.model, missing))
         return self._labels
 
+    def window_labels(self, window: WindowRecord) -> Dict[int, str]:
+        """Texts of a window's cached positions and of the tokens its steps chose."""
+        return self.labels(list(window.positions()) + [e.token_id for e in window.events])
+
     # --- while tokens stream ---------------------------------------------------------------
 
     def live_html(self, event: TokenEvent) -> str:
@@ -149,7 +123,7 @@ class AttentionView:
         window = self.record.windows[-1] if self.record.windows else None
         parts = [
             f'<div class="wk-attn-head">Step {event.step + 1}: the decoder chose '
-            f'<b>{html.escape(repr(_short(labels[event.token_id], labels[att.positions[-1]] if len(att.positions) else None)))}</b> after reading '
+            f'<b>{html.escape(repr(plain_token(labels[event.token_id], labels[att.positions[-1]] if len(att.positions) else None)))}</b> after reading '
             f'{len(att.positions)} cached positions and the audio around '
             f'{att.audio_time:.2f} s{_window_note(event)}{HOW.get(event.cache_mode, "")}</div>',
             _section("Self-attention over the cache",
@@ -177,12 +151,12 @@ class AttentionView:
             title = f"position {p} {labels[token]!r}: {main[p]:.4f} ({per_layer})"
             rows = ""
             if self.layer == "all":
-                rows = "".join(f'<span class="wk-lay" style="background:{_blue(weights[i, p] / peaks[i])}"></span>'
+                rows = "".join(f'<span class="wk-lay" style="background:{weight_color(weights[i, p] / peaks[i])}"></span>'
                                for i in range(len(weights)))
             color = "#fff" if alpha > 0.3 else "inherit"
             chips.append(f'<span class="wk-chip" title="{html.escape(title)}">'
-                         f'<span class="wk-tok" style="background:{_blue(alpha)};color:{color}">'
-                         f'{html.escape(_short(labels[token], _previous(labels, positions, p)))}</span>'
+                         f'<span class="wk-tok" style="background:{weight_color(alpha)};color:{color}">'
+                         f'{html.escape(plain_token(labels[token], previous_label(labels, positions, p)))}</span>'
                          f'{rows}</span>')
         return f'<div class="wk-chips">{"".join(chips)}</div>'
 
@@ -236,7 +210,7 @@ class AttentionView:
                 f'{window.prompt_tokens} tokens of earlier text + {window.prefill_tokens - window.prompt_tokens} '
                 f'start tokens read in one pass</span>, {window.generated} steps · what each step read '
                 f'({which})</summary>'
-                f'{self.map_svg(window, layer)}'
+                f'{map_svg(window, layer, self.window_labels(window))}'
                 f'<div class="wk-sub">Where each token looked in the audio (rows: steps; columns: '
                 f'{window.start:.1f}–{window.end:.1f} s):</div>{self.cross_img(window)}'
                 + (f'<div class="wk-sub">Beam reorders:</div>{ribbon_svg(window, None)}'
@@ -263,43 +237,6 @@ class AttentionView:
         buffer = io.BytesIO()
         soundfile.write(buffer, self.samples, 16000, format="WAV", subtype="PCM_16")
         return "data:audio/wav;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-    def map_svg(self, window: WindowRecord, layer: Optional[int]) -> str:
-        """Steps (rows, the token each chose) by positions (columns, the cached tokens)."""
-        matrix = window.self_map(layer)
-        positions = list(window.positions())
-        chosen = [e.token_id for e in window.events]
-        labels = self.labels(positions + chosen)
-        columns = [_short(labels[t], _previous(labels, positions, j)) for j, t in enumerate(positions)]
-        rows_text = [_short(labels[t], _previous(labels, chosen, i)) for i, t in enumerate(chosen)]
-        n_rows, n_cols = matrix.shape
-        cell = max(4, min(14, 720 // max(n_cols, 1)))
-        left, top = 110, 100
-        # the column labels lean right (-60°): room for the last one's 14 characters
-        right = int(14 * 0.6 * (cell - 2) * 0.5) + 8 if cell >= 8 else 4
-        width, height = left + n_cols * cell + right, top + n_rows * cell + 4
-        out = []
-        for i, row in enumerate(matrix):
-            peak = max(float(row.max()), 1e-9)
-            chose = rows_text[i]
-            for j in np.nonzero(row >= MAP_MIN_WEIGHT * peak)[0]:
-                out.append(f'<rect x="{left + j * cell}" y="{top + i * cell}" width="{cell}" height="{cell}" '
-                           f'fill="{_blue(row[j] / peak)}"><title>step {window.events[i].step + 1} '
-                           f'{html.escape(repr(chose))} → position {j} {html.escape(repr(columns[j]))}: '
-                           f'{row[j]:.4f}</title></rect>')
-        if cell >= 8:  # room for the token texts on both axes
-            font = cell - 2
-            for i, text in enumerate(rows_text):
-                out.append(f'<text x="{left - 3}" y="{top + i * cell + cell - 2}" font-size="{font}" '
-                           f'text-anchor="end">{html.escape(text[:14])}</text>')
-            for j, text in enumerate(columns):
-                x, y = left + j * cell + cell - 2, top - 3
-                out.append(f'<text x="{x}" y="{y}" font-size="{font}" transform="rotate(-60 {x} {y})">'
-                           f'{html.escape(text[:14])}</text>')
-        out.append('<text x="2" y="12" font-size="11" fill="#64748b">rows: the token each step chose · '
-                   'columns: cached positions · hover a cell</text>')
-        return (f'<div class="wk-map-scroll"><svg class="wk-map-svg" width="{width}" height="{height}" '
-                f'viewBox="0 0 {width} {height}">{"".join(out)}</svg></div>')
 
     def cross_img(self, window: WindowRecord) -> str:
         png = cross_png(window)
@@ -330,95 +267,6 @@ def _window_note(event: TokenEvent) -> str:
 def _section(title: str, body: str, caption: str) -> str:
     return (f'<div class="wk-attn-sec"><div class="wk-label">{html.escape(title)}</div>{body}'
             f'<div class="wk-sub">{html.escape(caption)}</div></div>')
-
-
-def ribbon_svg(window: WindowRecord, last: Optional[int] = RIBBON_STEPS) -> str:
-    """Beam rows (lines) across steps (columns): at each reorder a row's line comes from the
-    row it was copied from. Orange: a row that moved (the cache copies those positions)."""
-    sources = window.beam_sources()
-    first = 0 if last is None else max(0, len(sources) - last)
-    sources = sources[first:]
-    if not sources or not sources[0]:
-        return ""
-    beams = len(sources[0])
-    dx, dy, pad = 14, 12, 8
-    width, height = pad * 2 + dx * len(sources), pad * 2 + dy * (beams - 1)
-    out = []
-    for t, src in enumerate(sources):
-        x0, x1 = pad + dx * (t - 1) if t else pad, pad + dx * t
-        for row, came_from in enumerate(src):
-            moved = came_from != row
-            out.append(f'<line x1="{x0}" y1="{pad + dy * came_from}" x2="{x1}" y2="{pad + dy * row}" '
-                       f'stroke="{"#f59e0b" if moved else "#94a3b8"}" stroke-width="{2 if moved else 1}">'
-                       f'<title>step {window.events[first + t].step + 1}: row {row} ← row {came_from}</title></line>')
-        for row in range(beams):
-            out.append(f'<circle cx="{x1}" cy="{pad + dy * row}" r="2" fill="#475569"/>')
-    return (f'<svg class="wk-ribbon" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
-            f'{"".join(out)}</svg>')
-
-
-def ribbon_caption(window: WindowRecord) -> str:
-    sources = [s for s in window.beam_sources() if s]
-    moved = [s for s in sources if list(s) != list(range(len(s)))]
-    if not sources:
-        return ""
-    bytes_now = window.events[-1].self_cache_bytes
-    return (f"{len(moved)} of {len(sources)} steps reordered the beams; each reorder copies every "
-            f"cached position of the moved rows (hooks: the whole cache, {bytes_now / 1024:.0f} KiB now)")
-
-
-def _figure_png(fig) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return buffer.getvalue()
-
-
-def cross_png(window: WindowRecord) -> bytes:
-    """Steps by audio frames, for the page (small, no labels but the time axis)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    matrix = window.cross_map()
-    fig, ax = plt.subplots(figsize=(7.5, max(1.2, min(4.0, 0.03 * len(matrix) + 0.8))))
-    ax.imshow(matrix / np.maximum(matrix.max(axis=1, keepdims=True), 1e-9), aspect="auto", cmap="Blues",
-              extent=(window.start, window.start + matrix.shape[1] * TIMESTAMP_SECONDS, len(matrix), 0),
-              interpolation="nearest")
-    ax.set_xlabel("audio (s)")
-    ax.set_ylabel("step")
-    return _figure_png(fig)
-
-
-def maps_png(window: WindowRecord, labels: Dict[int, str], layer: Optional[int]) -> bytes:
-    """The download: the self-attention map with token texts on both axes, and the
-    cross-attention map, of one window."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    smap = window.self_map(layer)
-    cmap = window.cross_map()
-    positions = window.positions()
-    rows = [labels.get(e.token_id) or _short(e.text) for e in window.events]
-    size = max(6.0, min(40.0, 0.16 * max(smap.shape)))
-    fig, (a, b) = plt.subplots(2, 1, figsize=(size, size * 1.6),
-                               gridspec_kw={"height_ratios": [smap.shape[0] / max(smap.shape[1], 1) + 0.2, 0.6]})
-    a.imshow(smap, cmap="Blues", aspect="auto", interpolation="nearest")
-    a.set_xticks(range(len(positions)), [_short(labels.get(t, str(t))) for t in positions], rotation=90, fontsize=6)
-    a.set_yticks(range(len(rows)), [_short(r) for r in rows], fontsize=6)
-    a.set_title(f"window {window.index + 1}: self-attention of each step over the cache "
-                f"({'mean over layers' if layer is None else f'layer {layer + 1}'}, mean over heads)")
-    b.imshow(cmap, cmap="Blues", aspect="auto", interpolation="nearest",
-             extent=(window.start, window.start + cmap.shape[1] * TIMESTAMP_SECONDS, len(cmap), 0))
-    b.set_xlabel("audio (s)")
-    b.set_ylabel("step")
-    b.set_title("cross-attention of the alignment heads")
-    return _figure_png(fig)
 
 
 def compare_note(cached: AttentionRecord, uncached: AttentionRecord) -> str:
