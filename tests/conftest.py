@@ -49,6 +49,27 @@ def clip():
     return load
 
 
+# --- the page in Chromium (test_browser.py, test_page_browser.py: each starts its `server`)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Chromium with jfk.wav as its microphone, one per module (browser_page.py)."""
+    from browser_page import chromium
+
+    with chromium(fake_microphone=EXAMPLES / "jfk.wav") as b:
+        yield b
+
+
+@pytest.fixture
+def page(browser, server):
+    """A fresh page of the module's `server` (an app_server.running_app), loaded."""
+    from browser_page import open_page
+
+    with open_page(browser, server.url) as page:
+        yield page
+
+
 # --- tiers: quick / model / browser / realtime (pytest.ini) ---------------------------------
 # A test's tier follows from what it uses, so a new test is sorted without a decorator:
 # the fixtures it asks for (directly or through other fixtures) and the browser modules.

@@ -24,10 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from app_server import CHROMIUM, IN_CI, REPO, chromium_args, require_chromium, running_app
+from app_server import IN_CI, REPO, require_chromium, running_app
 
 from whisper_demo.examples import EXAMPLES_DIR as DATA
-FAKE_MIC = DATA / "jfk.wav"
 JFK_WORDS = "ask not what your country"
 SPEECH_25S_WORDS = "the weather today is cool"
 # Through the fake microphone (re-recorded at 44.1/48 kHz, Opus-free but resampled twice)
@@ -42,32 +41,15 @@ sync_api = pytest.importorskip("playwright.sync_api") if not IN_CI else __import
 
 @pytest.fixture(scope="module")
 def server():
-    """`python app.py --port N` in a subprocess; yields its URL once it says it is serving."""
+    """`python app.py --port N` in a subprocess, once it says it is serving (the page
+    fixture, in conftest.py, opens it in Chromium)."""
     with running_app() as app:
-        yield app.url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args(FAKE_MIC))
-        yield b
-        b.close()
+        yield app
 
 
 @pytest.fixture(scope="module")
 def shots(tmp_path_factory):
     return tmp_path_factory.mktemp("screenshots")
-
-
-@pytest.fixture
-def page(browser, server):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.goto(server)
-    page.wait_for_selector("#audio_in")
-    yield page
-    context.close()
 
 
 def transcript(page) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app_server import CHROMIUM, IN_CI, chromium_args, require_chromium, running_app
+from app_server import IN_CI, require_chromium, running_app
 from whisper_demo.examples import EXAMPLES_DIR as DATA
 
 DECODE_TIMEOUT_MS = 240_000
@@ -36,30 +36,8 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                              args=chromium_args(DATA / "jfk.wav"))
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
 def shots(tmp_path_factory):
     return tmp_path_factory.mktemp("page_screenshots")
-
-
-@pytest.fixture
-def page(browser, server):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
-    page.on("console", lambda msg: page.errors.append(msg.text) if msg.type == "error" else None)
-    page.goto(server.url)
-    page.wait_for_selector("#audio_in")
-    yield page
-    context.close()
 
 
 def upload(page, path: Path):
