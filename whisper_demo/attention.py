@@ -4,7 +4,7 @@ With DecodeOptions.attention each TokenEvent carries a StepAttention: what the s
 chose the token read in the self-attention cache (weights over every cached position) and
 in the audio (the alignment heads' cross-attention over the window's frames). This module
 collects them per 30 s window and turns them into the pictures' numbers and the JSON a
-user downloads. No UI here (ui/attention.py draws), no decoding.
+user downloads. No UI here (ui/attention_view.py draws), no decoding.
 """
 
 from __future__ import annotations
