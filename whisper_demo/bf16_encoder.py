@@ -57,6 +57,19 @@ def bf16_supported() -> bool:
     return any(flag in flags for flag in BF16_FLAGS)
 
 
+@lru_cache(maxsize=1)
+def _fused_linear_supported() -> bool:
+    """Whether PyTorch has oneDNN's linear with a fused activation (an internal operator that
+    torch.compile uses on CPU): it measured 0.8x of F.linear and a separate GELU here, and
+    applies the GELU before rounding to bfloat16."""
+    try:
+        x, weight = torch.ones(2, 32, dtype=torch.bfloat16), torch.ones(16, 32, dtype=torch.bfloat16)
+        y = torch.ops.mkldnn._linear_pointwise(x, weight, None, "gelu", [], "none")
+        return bool(torch.allclose(y.float(), F.gelu(F.linear(x, weight)).float()))
+    except (AttributeError, RuntimeError):
+        return False
+
+
 class Bf16Encoder:
     """A model's encoder weights in bfloat16 (made once, shared by every decode) and its
     forward pass. Holds weights only, no per-call state, so any thread may call it."""
@@ -91,7 +104,7 @@ class Bf16Encoder:
             for layer in range(self.n_layers):
                 block = f"blocks.{layer}."
                 x = x + self._attention(self._norm(x, block + "attn_ln"), block + "attn.")
-                hidden = F.gelu(self._linear(self._norm(x, block + "mlp_ln"), block + "mlp.0"))
+                hidden = self._linear(self._norm(x, block + "mlp_ln"), block + "mlp.0", "gelu")
                 x = x + self._linear(hidden, block + "mlp.2")
             return self._norm(x, "ln_post", out=torch.float32)
 
@@ -99,8 +112,12 @@ class Bf16Encoder:
         w = self.weights
         return F.layer_norm(x, x.shape[-1:], w[name + ".weight"], w[name + ".bias"]).to(out)
 
-    def _linear(self, x: Tensor, name: str) -> Tensor:
-        return F.linear(x, self.weights[name + ".weight"], self.weights.get(name + ".bias"))
+    def _linear(self, x: Tensor, name: str, activation: str = "none") -> Tensor:
+        weight, bias = self.weights[name + ".weight"], self.weights.get(name + ".bias")
+        if _fused_linear_supported():
+            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, activation, [], "none")
+        y = F.linear(x, weight, bias)
+        return F.gelu(y) if activation == "gelu" else y
 
     def _attention(self, x: Tensor, prefix: str) -> Tensor:
         qkv = self._linear(x, prefix + "qkv")

@@ -23,7 +23,9 @@
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 
 #define HEAD_DIM 64
+#ifndef QUERY_BLOCK
 #define QUERY_BLOCK 32  // queries per task: 32 x 1504 float32 scores = 192 KB, in L2
+#endif
 #define KEY_CHUNK 32    // keys per score tile (two registers of 16)
 
 typedef uint16_t bf16;
@@ -55,16 +57,17 @@ static inline __m512 exp_ps(__m512 x) {
 }
 
 // Keys of one head as [64/2][padded][2]: for each pair of dimensions, every key's two values
-// side by side, so one register holds 16 keys' pairs. Keys past `positions` are zero.
+// side by side, so one register holds 16 keys' pairs. Keys past `positions` are zero. Key by
+// key: each key's row is read once (a column walk would stream the projection 32 times).
 static void pack_keys(const bf16* k, long ldk, long positions, long padded, bf16* packed) {
-    for (long dp = 0; dp < HEAD_DIM / 2; dp++) {
-        bf16* row = packed + dp * padded * 2;
-        for (long j = 0; j < positions; j++) {
-            row[2 * j] = k[j * ldk + 2 * dp];
-            row[2 * j + 1] = k[j * ldk + 2 * dp + 1];
-        }
-        std::memset(row + 2 * positions, 0, (padded - positions) * 2 * sizeof(bf16));
+    uint32_t* pairs = (uint32_t*)packed;
+    for (long j = 0; j < positions; j++) {
+        uint32_t key[HEAD_DIM / 2];
+        std::memcpy(key, k + j * ldk, sizeof(key));
+        for (long dp = 0; dp < HEAD_DIM / 2; dp++) pairs[dp * padded + j] = key[dp];
     }
+    for (long dp = 0; dp < HEAD_DIM / 2; dp++)
+        std::memset(pairs + dp * padded + positions, 0, (padded - positions) * sizeof(uint32_t));
 }
 
 // Values of one head as [padded/2][64][2]: for each pair of keys, every dimension's two
