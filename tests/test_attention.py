@@ -159,7 +159,7 @@ def test_default_path_carries_no_attention(tiny_model, clip):
 
 @pytest.mark.model  # the benchmark loads tiny.en itself
 def test_bench_reports_the_attention_overhead(tmp_path, capsys):
-    from whisper_demo import bench
+    from whisper_demo.bench import decode_speed as bench
 
     assert bench.main(["--quick", "--no-peers", "--attention", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "bench.json").read_text())
@@ -188,11 +188,12 @@ def test_panel_says_where_a_long_file_is_window_by_window():
     from whisper.model import ModelDimensions
 
     from whisper_demo.ui import panel
+    from whisper_demo.ui.run_stats import RunStats
     from whisper_demo.ui.transcribe_tab import TranscribeTab
 
     dims = ModelDimensions(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)
     model = SimpleNamespace(dims=dims, decoder=SimpleNamespace(token_embedding=SimpleNamespace(weight=torch.zeros(1))))
-    stats = panel.RunStats()
+    stats = RunStats()
     for i in range(3):
         stats.add(_event(i, 0, window_start=0.0, window_end=30.0, prefill_tokens=1, window_encoder_ms=400.0))
     for i in range(3, 5):

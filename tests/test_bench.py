@@ -3,7 +3,7 @@ README's tables show is run and printed, and the cache's effect shows in its num
 
 import json
 
-from whisper_demo import bench
+from whisper_demo.bench import decode_speed as bench
 
 
 def test_quick_benchmark_writes_table_json_and_chart(tmp_path, capsys):

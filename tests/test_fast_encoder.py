@@ -13,7 +13,7 @@ from whisper_demo.bf16_encoder import bf16_encoder, bf16_supported
 from whisper_demo.decode import stream_transcribe, transcribe
 from whisper_demo.encoder import encode, encoder_dtype
 from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
-from whisper_demo.precision_eval import Transcript, compare
+from whisper_demo.bench.accuracy import Transcript, compare
 from whisper_demo.text import word_error_rate
 
 # Relative L2 distance of the bfloat16 features from float32's over a window of speech:
@@ -24,7 +24,7 @@ FEATURE_TOLERANCE = 0.03
 # and almost every frame as close: the 99th percentile of each frame's distance relative
 # to its own norm (measured 1.9 %). A handful of frames move more (5 of 1500 by 14-65 % in
 # speech_25s.wav; under torch.autocast in bfloat16 the same frames move by up to 29 %):
-# what that does to the words is measured by precision_eval, on 2,000 words.
+# what that does to the words is measured by the accuracy benchmark, on 2,000 words.
 FRAME_TOLERANCE = 0.05
 
 

@@ -1,10 +1,10 @@
-"""The live benchmark's measures (whisper_demo/live/bench.py), on tables: what counts as a
+"""The live benchmark's measures (whisper_demo/bench/live_stream.py), on tables: what counts as a
 phrase committed twice, and how speech -> commit is read from word times."""
 
 import pytest
 
-from whisper_demo.live.bench import phrases_committed_twice, speech_to_commit
-from whisper_demo.live.feeds import FeedResult
+from whisper_demo.bench.live_stream import phrases_committed_twice, speech_to_commit
+from whisper_demo.bench.feeds import FeedResult
 
 
 def test_a_phrase_committed_right_after_itself_counts_once():
@@ -52,7 +52,7 @@ def test_the_paced_feed_charges_each_decode_its_cost_and_repeats_itself(tiny_mod
     # Real time on a simulated clock: a decode that costs more of the stream's time sees
     # more new audio when it ends, so fewer decodes run; the same costs give the same text.
     from whisper_demo.events import DecodeOptions
-    from whisper_demo.live.feeds import DecodeCosts, feed_paced
+    from whisper_demo.bench.feeds import DecodeCosts, feed_paced
     from whisper_demo.live.session import LiveConfig
     from whisper_demo.text import normalize
 
@@ -74,7 +74,7 @@ def test_the_paced_clock_charges_a_decode_stopped_early_for_every_token_it_made(
     # A decode the session stops in a loop never reports its costs; the simulated machine
     # must still have spent a step on each token it made (not one step for all of them).
     from whisper_demo.events import TokenEvent
-    from whisper_demo.live.feeds import DecodeCosts, SimulatedClock, paced_decoder
+    from whisper_demo.bench.feeds import DecodeCosts, SimulatedClock, paced_decoder
 
     def looping(audio, prompt, draft=None, prefix=None):
         for step in range(1000):
@@ -104,7 +104,7 @@ def test_the_orders_summary_compares_live_with_each_offline_transcript(monkeypat
 
     import numpy as np
 
-    import whisper_demo.live.bench as bench
+    import whisper_demo.bench.live_stream as bench
     from whisper_demo.events import DecodeOptions
 
     reference = "the quick brown fox jumps over a lazy sleeping dog"
@@ -139,7 +139,7 @@ def test_the_orders_summary_compares_live_with_each_offline_transcript(monkeypat
 def test_your_own_recordings_are_sessions_with_a_reference_when_one_lies_beside(tmp_path, clip):
     import soundfile
 
-    from whisper_demo.live.sessions_bench import file_sessions
+    from whisper_demo.bench.live_sessions import file_sessions
 
     for name in ("talk.wav", "other.wav"):
         soundfile.write(tmp_path / name, clip("short_3s.wav"), 16000)

@@ -1,7 +1,7 @@
 """What the decoder tells the outside world: options in, events and a result out.
 
 Every number a UI shows comes from a TokenEvent or a DecodeResult, so these are the
-whole vocabulary between decode.py and its consumers (ui/, live/, mic.py, bench.py).
+whole vocabulary between decode.py and its consumers (ui/, live/, mic.py, bench/).
 """
 
 from dataclasses import dataclass, field

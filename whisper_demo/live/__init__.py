@@ -17,8 +17,7 @@ snapshots.py what it publishes: LiveStats and LiveUpdate, immutable
 decoder.py  the model as the callable a session decodes with
 worker.py   the thread that drives a session and publishes immutable views
 registry.py sessions by key, idle ones closed
-bench.py    the live benchmark (python -m whisper_demo.bench live); feeds.py its three feeds
-eval_sessions.py live per session over the dev set, both policies, against offline
+(its benchmarks are in whisper_demo/bench/: live_stream, live_sessions, live_eval)
 """
 
 from .alignatt import AlignAttPolicy

@@ -1,9 +1,9 @@
 """Live per session over the dev set: each recording is one session (start, speak, stop).
 
-    python -m whisper_demo.live.eval_sessions [--model tiny.en] [--eval-dir ../shared/eval-dev]
+    python -m whisper_demo.bench live_eval [--model tiny.en] [--eval-dir DIR]
         [--policies agreement,alignatt] [--feeds fast,paced] [--every N] [--subset dev]
         [--set NAME=VALUE] [--save runs.jsonl] [--offline-cache offline.json]
-    python -m whisper_demo.live.eval_sessions --report runs.jsonl [more.jsonl ...]
+    python -m whisper_demo.bench live_eval --report runs.jsonl [more.jsonl ...]
 
 A user opens the Live tab, speaks and stops: so each recording of the manifest is fed as
 its own session, with the silence a microphone gives before (0.5 s) and after (1 s) it,
@@ -14,7 +14,7 @@ openai-whisper's temperature fallback, seeded). Printed per policy and feed:
 - errors and WER over all sessions, and offline's;
 - sessions whose first five committed words differ from the offline transcript's first
   five (no reference needed: where a session's start was guessed from a short buffer);
-- phrases committed twice (bench.phrases_committed_twice, per session);
+- phrases committed twice (live_stream.phrases_committed_twice, per session);
 - speech -> commit: from each committed word's end (its own word timestamp) to its
   commit, in stream seconds: the fast feed's is the policy's delay with no compute, the
   paced feed's charges each decode a fixed cost (the same every run).
@@ -36,10 +36,11 @@ import numpy as np
 from ..audio import SAMPLE_RATE, load_audio
 from ..events import DecodeOptions
 from ..text import word_edits, words as normalized_words
-from .bench import DEFAULT_EVAL_DIR, phrases_committed_twice
+from .data import add_eval_dir_argument
+from .live_stream import phrases_committed_twice
 from .feeds import DecodeCosts, feed_fast, feed_paced
-from .session import LiveConfig
-from .snapshots import percentile
+from ..live.session import LiveConfig
+from ..live.snapshots import percentile
 
 LEAD_SECONDS, TAIL_SECONDS = 0.5, 1.0
 PACED_COSTS = {"tiny.en": DecodeCosts(0.163, 0.012), "base": DecodeCosts(0.395, 0.022)}
@@ -105,10 +106,10 @@ def report(records: Iterable[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m whisper_demo.live.eval_sessions", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench live_eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny.en")
-    parser.add_argument("--eval-dir", default=str(DEFAULT_EVAL_DIR))
+    add_eval_dir_argument(parser)
     parser.add_argument("--policies", default="agreement,alignatt")
     parser.add_argument("--feeds", default="fast,paced")
     parser.add_argument("--every", type=int, default=1, help="take every N-th recording (a quicker look)")

@@ -1,7 +1,7 @@
 """Where one decoder step's time goes: torch.profiler over real decoding steps.
 
-    python -m whisper_demo.step_profile [--model tiny.en] [--beam-size 1] [--precision exact]
-                                        [--steps 40] [--threads 2]
+    python -m whisper_demo.bench step_profile [--model tiny.en] [--beam-size 1] [--precision exact]
+        [--steps 40] [--threads 2]
 
 Decodes the first window of the benchmark clip (no timestamps, as the benchmark) with the
 static cache, and profiles every step of it: the decoder forward, each kind of matmul (the
@@ -22,13 +22,13 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from .audio import load_audio
-from .bench import DEFAULT_AUDIO
-from .encoder import encode
-from .events import DecodeOptions
-from .models import load_model
-from .runner import decoder_runner
-from .window_decode import decode_window
+from ..audio import load_audio
+from .data import DEFAULT_AUDIO
+from ..encoder import encode
+from ..events import DecodeOptions
+from ..models import load_model
+from ..runner import decoder_runner
+from ..window_decode import decode_window
 
 
 def _labelled(label, fn):
@@ -64,7 +64,8 @@ def _fn_bytes(fn, runner, vocab=False) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench step_profile", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--beam-size", type=int, default=1)
     parser.add_argument("--precision", default="exact")
@@ -75,7 +76,7 @@ def main(argv=None) -> int:
 
     model = load_model(args.model, device="cpu", progress=False)
     audio = load_audio(DEFAULT_AUDIO)[: 16000 * 30]
-    from .windowing import window_mel
+    from ..windowing import window_mel
     from whisper.tokenizer import get_tokenizer
 
     features = encode(model, window_mel(audio, 0, 3000, model.dims.n_mels).unsqueeze(0))
@@ -93,7 +94,7 @@ def main(argv=None) -> int:
             setattr(b, name, _labelled(label, getattr(b, name)))
     original_project = runner.project
     runner.project = _labelled("matmul: vocabulary projection", runner.project)
-    from . import kernels
+    from .. import kernels
     original_attend, original_self_attend = kernels.attend, kernels.self_attend
     cross_dtype = "float16" if runner.kind == "i8" else "float32"
     kernels.attend = _labelled(f"attention: cross, kernel ({cross_dtype} K/V)", original_attend)

@@ -1,6 +1,6 @@
 """What the fast mode changes in the words: the fast and the exact precision over real recordings.
 
-    python -m whisper_demo.precision_eval [--model tiny.en] [--eval-dir DIR] [--beam-size 1]
+    python -m whisper_demo.bench accuracy [--model tiny.en] [--eval-dir DIR] [--beam-size 1]
                                           [--modes exact,fast,fast-float32-encoder] [--save PATH]
 
 Every recording of `../shared/eval-dev` (manifest.jsonl, both subsets) and the example clips
@@ -33,14 +33,14 @@ from typing import Dict, List, Sequence
 import numpy as np
 import torch
 
-from . import encoder as encoder_module
-from .audio import load_audio
-from .decode import transcribe
-from .events import DecodeOptions
-from .examples import clip_path, reference_transcripts
-from .text import word_edits, words
+from .. import encoder as encoder_module
+from ..audio import load_audio
+from ..decode import transcribe
+from ..events import DecodeOptions
+from ..examples import clip_path, reference_transcripts
+from ..text import word_edits, words
+from .data import add_eval_dir_argument
 
-DEFAULT_EVAL_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "eval-dev"
 MODES = ("exact", "fast", "fast-float32-encoder")
 BOOTSTRAP_DRAWS = 4000
 
@@ -159,9 +159,10 @@ def scopes(by_mode: Dict[str, List[Transcript]]) -> Dict[str, tuple]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench accuracy", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny.en")
-    parser.add_argument("--eval-dir", default=str(DEFAULT_EVAL_DIR))
+    add_eval_dir_argument(parser)
     parser.add_argument("--beam-size", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated: {', '.join(MODES)}")
@@ -169,7 +170,7 @@ def main(argv=None) -> int:
     parser.add_argument("--save", help="write every transcript and comparison as JSON")
     args = parser.parse_args(argv)
 
-    from .models import load_model  # here, so that importing this module stays light
+    from ..models import load_model  # here, so that importing this module stays light
 
     torch.set_num_threads(args.threads)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]

@@ -1,9 +1,9 @@
 """Live against offline, one session per recording: what a new user tries first.
 
-    python -m whisper_demo.live.sessions_bench [--model tiny.en] [--eval-dir ../shared/eval-dev]
-    python -m whisper_demo.live.sessions_bench --audio talk.wav interview.flac ...
+    python -m whisper_demo.bench live_sessions [--model tiny.en] [--eval-dir DIR]
+    python -m whisper_demo.bench live_sessions --audio talk.wav interview.flac ...
 
-The live benchmark (bench.py) feeds one long stream through one session. A user instead
+The live benchmark (live_stream.py) feeds one long stream through one session. A user instead
 opens a session per recording: its first seconds are decoded with no prompt and little
 audio, and a long recording is cut several times. Here each recording is its own session,
 fed in the fast feed and in the paced feed (fixed decode costs, so the text repeats
@@ -33,9 +33,10 @@ from ..decode import transcribe
 from ..events import DecodeOptions
 from ..models import DEFAULT_MODEL, load_model
 from ..text import word_edits, words as normalized_words
-from .bench import DEFAULT_EVAL_DIR, load_recordings
+from .data import add_eval_dir_argument
+from .live_stream import load_recordings
 from .feeds import DecodeCosts, feed_fast, feed_paced
-from .session import LiveConfig
+from ..live.session import LiveConfig
 
 GAP_SECONDS = 0.4
 RECORDINGS = [  # manifest ids of the dev clips, and the package's example clips
@@ -87,10 +88,10 @@ def session_texts(model, options: DecodeOptions, audio: np.ndarray, costs: Decod
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m whisper_demo.live.sessions_bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench live_sessions", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--eval-dir", default=str(DEFAULT_EVAL_DIR))
+    add_eval_dir_argument(parser)
     parser.add_argument("--audio", nargs="+", metavar="PATH",
                         help="your own recordings, each its own session (a reference from PATH.txt if there is one)")
     args = parser.parse_args(argv)

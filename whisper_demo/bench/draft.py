@@ -1,6 +1,6 @@
 """What a draft saves a live session: re-decodes of a growing buffer, with and without it.
 
-    python -m whisper_demo.draft_bench [--model tiny.en] [--audio clip.wav] [--precision exact]
+    python -m whisper_demo.bench draft [--model tiny.en] [--audio clip.wav] [--precision exact]
                                        [--first 3] [--step 1] [--repeats 3] [--threads 2]
 
 A live session re-decodes its buffer as it grows. Here the buffer grows by --step seconds
@@ -27,8 +27,8 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-from .decode import transcribe
-from .events import PRECISIONS, DecodeOptions, DecodeResult
+from ..decode import transcribe
+from ..events import PRECISIONS, DecodeOptions, DecodeResult
 
 SAMPLE_RATE = 16000
 
@@ -113,11 +113,11 @@ def summary(rows: List[Redecode]) -> dict:
 
 
 def main(argv=None):
-    from .audio import load_audio
-    from .examples import EXAMPLES_DIR
-    from .models import load_model
+    from ..audio import load_audio
+    from ..examples import EXAMPLES_DIR
+    from ..models import load_model
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench draft", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--audio", default=str(EXAMPLES_DIR / "speech_25s.wav"))
     parser.add_argument("--first", type=float, default=3.0)

@@ -1,6 +1,6 @@
 """The encoder, measured: ours in both precisions and CTranslate2's, and its share of a live re-decode.
 
-    python -m whisper_demo.encoder_bench [--models tiny.en,base] [--repeats 7] [--threads 2]
+    python -m whisper_demo.bench encoder_speed [--models tiny.en,base] [--repeats 7] [--threads 2]
                                          [--accuracy eval-tiny.json,eval-base.json] [--no-live]
 
 One 30 s window (the first of speech_25s.wav), encoded by four contenders in turn, round
@@ -16,7 +16,7 @@ the previous hypothesis as a draft) on a buffer that grows by 1 s from 3 s to 20
 speech, exact and fast in turn; the encoder's share is encoder / (encoder + decoder), as
 the live benchmark reports it.
 
---accuracy reads what `python -m whisper_demo.precision_eval --save` wrote (a few minutes
+--accuracy reads what `python -m whisper_demo.bench accuracy --save` wrote (a few minutes
 per model; the word error rate of fast against exact over eval-dev and the examples, with
 its 95 % interval) and prints the accuracy target beside the speed ones.
 """
@@ -38,9 +38,9 @@ import torch
 import whisper
 from whisper.audio import N_FRAMES, N_SAMPLES
 
-from .audio import load_audio
-from .encoder import encode, encoder_dtype
-from .examples import clip_path
+from ..audio import load_audio
+from ..encoder import encode, encoder_dtype
+from ..examples import clip_path
 
 AUDIO = clip_path("speech_25s.wav")
 # The issue's targets: the fast encoder at most this fraction of ours in float32 and of
@@ -74,7 +74,7 @@ def encoders(model_name: str, model, mel: torch.Tensor, threads: int) -> Dict[st
     try:
         import ctranslate2
 
-        from .bench import ctranslate2_model_dir
+        from .decode_speed import ctranslate2_model_dir
     except ImportError:
         print("ctranslate2 not installed: ours only (pip install -r requirements-bench.txt)")
         return contenders
@@ -101,8 +101,8 @@ def time_interleaved(contenders: Dict[str, Callable[[], object]], repeats: int) 
 
 def live_split(model, first_s: float = 3.0, last_s: float = 20.0) -> Dict[str, Dict[str, float]]:
     """Encoder and decoder ms summed over the re-decodes of a growing buffer, per precision."""
-    from .events import DecodeOptions, DecodeResult
-    from .live.decoder import model_decoder
+    from ..events import DecodeOptions, DecodeResult
+    from ..live.decoder import model_decoder
 
     audio = load_audio(AUDIO, max_seconds=None)
     decoders = {p: model_decoder(model, DecodeOptions(precision=p)) for p in ("exact", "int8")}
@@ -125,7 +125,7 @@ def spread(values: List[float]) -> str:
 
 
 def report_model(model_name: str, repeats: int, threads: int, live: bool) -> List[dict]:
-    from .models import load_model
+    from ..models import load_model
 
     model = load_model(model_name, progress=False)
     mel = window_mel(model)
@@ -160,7 +160,7 @@ def report_model(model_name: str, repeats: int, threads: int, live: bool) -> Lis
 
 
 def accuracy_checks(path: Path) -> List[dict]:
-    """The WER target from a saved precision_eval run: fast - exact over eval-dev and the examples."""
+    """The WER target from a saved accuracy run: fast - exact over eval-dev and the examples."""
     saved = json.loads(path.read_text())
     checks = []
     for c in saved["comparisons"]:
@@ -176,12 +176,13 @@ def accuracy_checks(path: Path) -> List[dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench encoder_speed", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="tiny.en,base")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-live", action="store_true", help="skip the live re-decode split")
-    parser.add_argument("--accuracy", default="", help="comma-separated precision_eval --save files")
+    parser.add_argument("--accuracy", default="", help="comma-separated accuracy --save files")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"{os.cpu_count()} CPUs, torch {torch.__version__}, {args.threads} threads, {time.strftime('%Y-%m-%d %H:%M')}")

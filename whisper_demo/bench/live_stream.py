@@ -1,6 +1,6 @@
 """Live benchmark: a long stream of real speech, fed to a LiveSession three ways.
 
-    python -m whisper_demo.bench live [--model tiny.en] [--eval-dir ../shared/eval-dev]
+    python -m whisper_demo.bench live_stream [--model tiny.en] [--eval-dir DIR]
                                       [--feeds fast,paced,realtime] [--chunk 0.1] [--min-seconds 180]
                                       [--twice] [--encode-audio-only] [--by-recording]
                                       [--save PATH] [--paced-costs ENC_MS,STEP_MS]
@@ -41,11 +41,10 @@ from ..events import DecodeOptions
 from ..examples import CLIPS, clip_path, reference_transcripts
 from ..models import DEFAULT_MODEL, load_model
 from ..text import word_edits, word_error_rate, words as normalized_words
+from .data import add_eval_dir_argument
 from .feeds import DecodeCosts, FeedResult, feed_fast, feed_paced, feed_realtime
-from .session import LiveConfig
+from ..live.session import LiveConfig
 
-PACKAGE = Path(__file__).resolve().parent.parent
-DEFAULT_EVAL_DIR = PACKAGE.parent.parent / "shared" / "eval-dev"
 
 
 @dataclass
@@ -286,10 +285,10 @@ def orders_report(model, options: DecodeOptions, config: LiveConfig, eval_dir: O
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench live", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench live_stream", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--eval-dir", default=str(DEFAULT_EVAL_DIR))
+    add_eval_dir_argument(parser)
     parser.add_argument("--feeds", default="fast,paced,realtime")
     parser.add_argument("--paced-costs", metavar="ENCODER_MS,STEP_MS",
                         help="the paced feed's cost of an encoder pass and of a decoder step "

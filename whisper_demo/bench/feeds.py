@@ -1,5 +1,5 @@
 """The three ways the live benchmark feeds a stream of audio to a LiveSession, and what
-each feed records (bench.py measures it).
+each feed records (live_stream.py measures it).
 
 - fast: every chunk is added, then the session's updates are drained; no clock is in
   play, so the same stream always gives the same text.
@@ -24,9 +24,9 @@ import numpy as np
 
 from ..audio import SAMPLE_RATE
 from ..events import TokenEvent
-from .decoder import model_decoder
-from .session import LiveConfig, LiveSession
-from .snapshots import LiveUpdate
+from ..live.decoder import model_decoder
+from ..live.session import LiveConfig, LiveSession
+from ..live.snapshots import LiveUpdate
 
 
 @dataclass

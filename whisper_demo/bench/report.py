@@ -1,8 +1,8 @@
-"""The benchmark's report: what bench.py measured, shown and judged.
+"""The benchmark's report: what decode_speed.py measured, shown and judged.
 
-One Summary per contender (bench.summarise makes them); from those, the table printed to
+One Summary per contender (decode_speed.summarise makes them); from those, the table printed to
 the terminal, the ratios between contenders, the issue's targets met or not, and the
-latency-per-position chart. Measuring is bench.py's; nothing here runs a decode.
+latency-per-position chart. Measuring is decode_speed.py's; nothing here runs a decode.
 """
 
 import sys

@@ -1,9 +1,8 @@
 """Benchmark: what the KV cache buys, measured against its peers in one process.
 
-    python -m whisper_demo.bench [--model tiny.en] [--audio clip.wav] [--beam-size 1]
-                                 [--repeats 3] [--threads 2] [--quick] [--eval-dev [DIR]]
-                                 [--contenders static,static int8,...] [--no-rss]
-    python -m whisper_demo.bench live [...]     the live benchmark (live/bench.py)
+    python -m whisper_demo.bench decode_speed [--model tiny.en] [--audio clip.wav] [--beam-size 1]
+        [--repeats 3] [--threads 2] [--quick] [--eval-dir [DIR]]
+        [--contenders static,static int8,...] [--no-rss]
 
 Every contender decodes the same log-mel (the first 30 s window of the clip), greedy or
 beam, without timestamps, in interleaved order after a warm-up, so that a noisy shared
@@ -14,11 +13,11 @@ Reported: median and min over repeats of ms per token (mean, first 10 % and last
 positions), total decode time, encoder time, peak cache bytes, peak RSS of each contender
 alone (a fresh process that loads only what it needs and decodes once), and whether the
 tokens equal our static mode's. Ratios are the point: they are measured in one run, side by
-side; the issue's targets are printed with them (bench_report.py: the table, the ratios, the
-targets and the chart). --eval-dev adds the word error rate of the fast mode against the
+side; the issue's targets are printed with them (report.py: the table, the ratios, the
+targets and the chart). --eval-dir adds the word error rate of the fast mode against the
 exact mode on a folder of recordings (manifest.jsonl with references) and the example clips,
-with a 95 % interval of the difference (precision_eval.py). The encoder alone, with more
-rounds and the live re-decode's split: encoder_bench.py.
+with a 95 % interval of the difference (accuracy.py). The encoder alone, with more
+rounds and the live re-decode's split: encoder_speed.py.
 """
 
 import os
@@ -47,19 +46,18 @@ import torch
 import whisper
 from whisper.audio import N_FRAMES, N_SAMPLES
 
-from .audio import load_audio
-from .bench_report import (
+from ..audio import load_audio
+from .report import (
     WER_TARGET_POINTS, Summary, plot, print_ratios, print_table, print_targets, ratios, target_checks,
 )
-from .decode import transcribe
-from .events import DecodeOptions
-from .examples import clip_path, reference_transcripts
-from .models import DEFAULT_MODEL, load_model, package_model_paths
-from .precision_eval import Comparison, compare, describe, recordings, scopes, transcribe_in
-from .text import word_error_rate
+from ..decode import transcribe
+from ..events import DecodeOptions
+from ..examples import clip_path, reference_transcripts
+from ..models import DEFAULT_MODEL, load_model, package_model_paths
+from .data import DEFAULT_AUDIO, add_eval_dir_argument
+from .accuracy import Comparison, compare, describe, recordings, scopes, transcribe_in
+from ..text import word_error_rate
 
-DEFAULT_AUDIO = clip_path("speech_25s.wav")
-DEFAULT_EVAL_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "eval-dev"
 CONTENDERS = ("static", "hooks", "off", "static int8", "whisper.decode",
               "ctranslate2 float32", "ctranslate2 int8")
 
@@ -232,7 +230,7 @@ def word_error_rates(model, beam_size: int) -> Dict[str, Dict[str, float]]:
 def eval_dev_wer(model, eval_dir: Path, beam_size: int) -> Dict[str, Comparison]:
     """Word error rate of the fast mode against the exact mode over every recording of
     `eval_dir` (manifest.jsonl: audio, reference, language) and the example clips, by set
-    of recordings, with a 95 % bootstrap interval of the difference (precision_eval.py:
+    of recordings, with a 95 % bootstrap interval of the difference (accuracy.py:
     each recording's language given, the temperature fallback on and seeded alike)."""
     items = recordings(eval_dir)
     by_mode = {mode: [transcribe_in(model, item, mode, beam_size) for item in items] for mode in ("exact", "fast")}
@@ -242,7 +240,7 @@ def eval_dev_wer(model, eval_dir: Path, beam_size: int) -> Dict[str, Comparison]
 def rss_alone(name: str, args) -> Optional[int]:
     """Peak RSS of a fresh process that loads only what contender `name` needs and decodes
     the clip once with it (python, torch and the audio included, as for any user)."""
-    command = [sys.executable, "-m", "whisper_demo.bench", "--rss-of", name, "--model", args.model,
+    command = [sys.executable, "-m", "whisper_demo.bench", "decode_speed", "--rss-of", name, "--model", args.model,
                "--audio", args.audio, "--beam-size", str(args.beam_size), "--threads", str(args.threads),
                "--device", args.device]
     try:
@@ -292,7 +290,8 @@ def make_contenders(names, args, audio, mel, model=None) -> Dict[str, Callable[[
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench decode_speed", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--audio", default=str(DEFAULT_AUDIO), help="speech clip (first 30 s are used)")
     parser.add_argument("--beam-size", type=int, default=1)
@@ -306,8 +305,7 @@ def main(argv=None) -> int:
                         help=f"comma-separated subset of: {', '.join(CONTENDERS)}")
     parser.add_argument("--no-rss", action="store_true",
                         help="skip the per-contender RSS (one fresh process each); the column shows this process's")
-    parser.add_argument("--eval-dev", nargs="?", const=str(DEFAULT_EVAL_DIR), default=None, metavar="DIR",
-                        help=f"also print exact and int8 WER over a folder of recordings (default {DEFAULT_EVAL_DIR})")
+    add_eval_dir_argument(parser, optional=True)  # exact and int8 WER over the eval folder's recordings
     parser.add_argument("--attention", action="store_true",
                         help="also static and off with DecodeOptions.attention (the attention view's cost)")
     parser.add_argument("--rss-of", help=argparse.SUPPRESS)  # internal: one contender, print peak RSS
@@ -321,8 +319,8 @@ def main(argv=None) -> int:
     n_mels = 128 if args.model.startswith("large-v3") else 80
     mel = whisper.log_mel_spectrogram(torch.from_numpy(audio), n_mels, padding=N_SAMPLES)
     mel = whisper.pad_or_trim(mel[:, : mel.shape[-1] - N_FRAMES], N_FRAMES)
-    if args.eval_dev and args.device != "cpu":
-        parser.error("--eval-dev compares with the int8 mode, which runs on the CPU only")
+    if args.eval_dir and args.device != "cpu":
+        parser.error("--eval-dir compares with the int8 mode, which runs on the CPU only")
     if args.rss_of:
         run = make_contenders([args.rss_of], args, audio, mel)[args.rss_of]
         with torch.inference_mode():
@@ -374,8 +372,8 @@ def main(argv=None) -> int:
     for clip, by_precision in accuracy.items():
         print(f"WER {clip:<18}" + "  ".join(f"{p} {w:.1%}" for p, w in by_precision.items()))
     eval_wer = None
-    if args.eval_dev:
-        found = eval_dev_wer(model, Path(args.eval_dev), args.beam_size)
+    if args.eval_dir:
+        found = eval_dev_wer(model, Path(args.eval_dir), args.beam_size)
         print(f"WER, fast against exact (beam {args.beam_size}, temperature fallback):")
         for scope, comparison in found.items():
             print(f"  {scope}: {describe(comparison)}")
@@ -401,8 +399,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["live"]:
-        from .live.bench import main as live_main
-
-        sys.exit(live_main(sys.argv[2:]))
     sys.exit(main())
