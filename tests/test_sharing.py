@@ -455,7 +455,7 @@ def test_a_failed_live_session_keeps_its_text_says_why_and_the_next_record_start
 
         audio_seconds = 0.0
 
-        def __init__(self, decoder):
+        def __init__(self, decoder, config=None):
             self.received = threading.Event()
 
         def add_audio(self, rate, chunk, arrived=None):

@@ -341,7 +341,8 @@ class LiveSession:
         else:
             decision = self.policy.update(hyp, speech_end)
         latencies = self._commit_latencies(decision.committed, now, record=not final)
-        self._buffer_view = buffer_view(self._buffer, offset_s, hyp, decision, self.policy.committed_end, pause)
+        self._buffer_view = buffer_view(self._buffer, offset_s, hyp, decision, attempt.token_peaks,
+                                        self.policy.committed_end, pause)
         trimmed = self._cut_to(cut_sample(self.vad, decision.cut_at)) if decision.cut_at is not None else 0.0
         if final:
             trimmed += self._cut_to(self._offset + self._buffer.size)

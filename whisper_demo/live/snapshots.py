@@ -6,13 +6,15 @@ tab draws it under the transcript: ui/live_strip.py)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..audio import SAMPLE_RATE
 from ..events import DecodeResult, TokenEvent
+from .hypotheses import TokenPeak
 from .policy import Decision, Hypothesis
 
 ENVELOPE_BARS = 240  # a few hundred bars draw a waveform; each is the loudest sample of its slice
@@ -81,15 +83,23 @@ def envelope(samples: np.ndarray, bars: int = ENVELOPE_BARS) -> Tuple[float, ...
 
 
 def buffer_view(samples: np.ndarray, start: float, hyp: Optional[Hypothesis], decision: Decision,
-                committed_until: float, at_pause: bool) -> BufferView:
+                token_peaks: Sequence[TokenPeak], committed_until: float, at_pause: bool) -> BufferView:
     """What the strip shows of a re-decode of `samples` (starting at `start` stream
-    seconds): made before the buffer is cut, with the committed end after the decision."""
+    seconds): made before the buffer is cut, with the committed end after the decision.
+    token_peaks: the decode's steps as AlignAtt read them (attempt.py)."""
     committed = set(decision.committed)
     marks = tuple(WordMark(word.text, peaks[-1], word in committed)
                   for word, peaks in zip(hyp.words, hyp.peaks) if peaks) if hyp is not None else ()
     return BufferView(start, start + samples.size / SAMPLE_RATE, envelope(samples), committed_until,
-                      marks, cursor=marks[-1].seconds if marks else None, edge=decision.edge,
-                      at_pause=at_pause)
+                      marks, cursor=newest_peak(token_peaks), edge=decision.edge, at_pause=at_pause)
+
+
+def newest_peak(token_peaks: Sequence[TokenPeak]) -> Optional[float]:
+    """Where the newest token that reads audio had its attention (punctuation reads none:
+    its peak can lie seconds back); None when the decoder gave no attention."""
+    timed = [(text, peak) for text, peak in token_peaks if peak is not None]
+    reading = [peak for text, peak in timed if re.search(r"\w", text)] or [peak for _, peak in timed]
+    return reading[-1] if reading else None
 
 
 @dataclass(frozen=True)

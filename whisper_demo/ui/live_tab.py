@@ -8,11 +8,12 @@ thread), kept in the tab's SessionRegistry under Gradio's session hash; all shar
 model from the store. The microphone's `.stream` handler only queues the chunk and returns
 (a chunk arriving while a decode runs is buffered, never dropped, and the handler never
 waits for the decoder); a gr.Timer redraws the view from the worker's immutable LiveView
-(live_view.py: committed text in normal type, tentative text grey and italic, the cache
-panel and the latency chart) where it changed. Stop commits the rest. The registry closes
-sessions with no audio, or only silence, for the server's quiet limit, so an abandoned tab
-frees its thread and audio, and refuses a session past its limit of sessions at once
-(limits.py); a session that ended so, or failed, keeps its text on its page until Record.
+(live_view.py: committed text in normal type, tentative text grey and italic, the strip
+of the audio the last re-decode read, the cache panel and the latency chart) where it
+changed. Stop commits the rest. The registry closes sessions with no audio, or only
+silence, for the server's quiet limit, so an abandoned tab frees its thread and audio,
+and refuses a session past its limit of sessions at once (limits.py); a session that
+ended so, or failed, keeps its text on its page until Record.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import gradio as gr
 from ..audio import AudioError, read_chunk_file
 from ..events import CACHE_MODES, DecodeOptions
 from ..options import decode_options
-from ..live import LiveSession, LiveUpdate, LiveWorker, SessionRegistry, model_decoder
+from ..live import LiveConfig, LiveSession, LiveUpdate, LiveWorker, SessionRegistry, model_decoder
 from ..limits import Limits, live_sessions_full_message
 from ..live.registry import SessionLimitReached
 from . import panel
@@ -44,17 +45,23 @@ from .controls import link_cache_controls
 log = logging.getLogger(__name__)
 
 REFRESH_S = 0.25  # view refresh while a session is active
+# When a word becomes final (LiveConfig.policy), as the Live tab offers it
+POLICY_CHOICES = [("two decodes agree (LocalAgreement)", "agreement"),
+                  ("the model has heard it (AlignAtt)", "alignatt")]
+DEFAULT_POLICY = LiveConfig().policy
 
 
 class TabSession:
     """One browser tab's live state: its decode worker, and an optional desktop mic."""
 
-    def __init__(self, model, options: DecodeOptions, source: str = "browser", desktop=None):
+    def __init__(self, model, options: DecodeOptions, source: str = "browser", desktop=None,
+                 policy: str = DEFAULT_POLICY):
         self.model = model
         self.source = source
         self.desktop = desktop  # mic.DesktopMicSource when recording this computer's mic
+        self.policy = policy  # LiveConfig.policy: which words are final (the desktop mic keeps the default)
         self.worker: LiveWorker = desktop.worker if desktop is not None else LiveWorker(
-            LiveSession(model_decoder(model, options)), yield_cpu=True)
+            LiveSession(self._decoder(options), LiveConfig(policy=policy)), yield_cpu=True)
         self.rendered_version = -1
         self.sent_html: list = [None] * 4  # transcript, stats, panel, chart as last sent
         self.final: Optional[LiveUpdate] = None
@@ -69,7 +76,11 @@ class TabSession:
 
     def set_options(self, options: DecodeOptions) -> None:
         """From the next re-decode on (the worker reads its decoder once per decode)."""
-        self.worker.session.set_decoder(model_decoder(self.model, options))
+        self.worker.session.set_decoder(self._decoder(options))
+
+    def _decoder(self, options: DecodeOptions):
+        # AlignAtt reads each token's attention: its decoder must be asked for it
+        return model_decoder(self.model, options, alignatt=self.policy == "alignatt")
 
     def finish(self, timeout: float = 120.0) -> Optional[LiveUpdate]:
         if self.desktop is not None:
@@ -170,7 +181,7 @@ class LiveTab:
     def session(self, request) -> Optional[TabSession]:
         return self.sessions.get(self._key(request))
 
-    def _browser_session(self, request, cache_on, mode, model_name=None) -> TabSession:
+    def _browser_session(self, request, cache_on, mode, model_name=None, policy=DEFAULT_POLICY) -> TabSession:
         key = self._key(request)
 
         def reusable(session: TabSession) -> bool:
@@ -181,17 +192,18 @@ class LiveTab:
         model = self._model(model_name)  # loaded (or failing) before the registry's lock is taken
         # concurrent chunks of one stream must find the same session: the registry is atomic
         return self._open(key, lambda: self.sessions.get_or_create(
-            key, lambda: self._new_browser_session(key, model, self._options(cache_on, mode)), reusable))
+            key, lambda: self._new_browser_session(key, model, self._options(cache_on, mode), policy), reusable))
 
-    def _new_browser_session(self, key: str, model, options: DecodeOptions) -> TabSession:
-        session = TabSession(model, options, "browser")
+    def _new_browser_session(self, key: str, model, options: DecodeOptions, policy: str = DEFAULT_POLICY) -> TabSession:
+        session = TabSession(model, options, "browser", policy=policy)
         session.order = self.inbox.new_recording(key)
         return session
 
     # --- browser microphone
 
-    def start(self, cache_on, mode, model_name=None, request: gr.Request = None):
-        """Record pressed: a fresh session, with the model chosen in the header."""
+    def start(self, cache_on, mode, policy=DEFAULT_POLICY, model_name=None, request: gr.Request = None):
+        """Record pressed: a fresh session, with the model chosen in the header and the
+        commit policy chosen in the tab."""
         model = self._model(model_name)
         current = self.session(request)
         if (current is not None and current.source == "browser" and current.active
@@ -202,7 +214,7 @@ class LiveTab:
             return (gr.Timer(active=True),) + sent(current, render(current, current.model))
         session = self._open(self._key(request), lambda: self.sessions.replace(
             self._key(request), lambda: self._new_browser_session(self._key(request), model,
-                                                                  self._options(cache_on, mode))))
+                                                                  self._options(cache_on, mode), policy)))
         return (gr.Timer(active=True),) + sent(session, render(session, session.model))
 
     def tapped(self, session_hash, body) -> None:
@@ -229,9 +241,9 @@ class LiveTab:
         return self.inbox.feed(key, session.worker.feed, wait, flush)
 
     @receives_every_chunk
-    def chunk(self, audio, cache_on, mode, model_name=None, request: gr.Request = None):
+    def chunk(self, audio, cache_on, mode, policy=DEFAULT_POLICY, model_name=None, request: gr.Request = None):
         """Streamed chunks: queue them and return at once; the timer redraws."""
-        session = self._browser_session(request, cache_on, mode, model_name)
+        session = self._browser_session(request, cache_on, mode, model_name, policy)
         if not session.active:
             self.inbox.discard(self._key(request))
             return  # sent after Stop (the rest was committed), or after the session ended
@@ -354,8 +366,9 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: Option
     gr.Markdown(
         "Speak, and Whisper re-decodes the audio since the last committed sentence as it "
         "arrives (silence is not decoded: a voice detector listens first). Words in normal "
-        "type are **committed** and will not change: two consecutive decodes agreed on them, "
-        "or you paused and one decode heard the whole phrase. "
+        "type are **committed** and will not change: two consecutive decodes agreed on them "
+        "(or, with AlignAtt, the model's attention has moved past them), or you paused and "
+        "one decode heard the whole phrase. "
         f'<span style="{TENTATIVE_STYLE}">Grey italic words are tentative</span>: '
         "the latest guess, which the next decode may still revise.")
     with gr.Row(equal_height=False):
@@ -371,6 +384,9 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: Option
                                    info="applies from the next re-decode; untick to feel the difference")
             mode = gr.Radio(list(CACHE_MODES), value=defaults.options.cache,
                             label="Cache mode", elem_id="live_cache_mode")
+            policy = gr.Radio(POLICY_CHOICES, value=DEFAULT_POLICY, label="A word is final when",
+                              elem_id="live_policy",
+                              info="applies from the next Record; AlignAtt shows where the model is reading")
             with gr.Accordion("This computer's microphone", open=False, elem_id="desktop-mic"):
                 desktop_status = gr.Markdown(_availability_text(defaults), elem_id="desktop-mic-status")
                 with gr.Row():
@@ -388,11 +404,12 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: Option
     views = [transcript, stats, panel_box, chart]
     quiet = dict(api_name=False, show_progress="hidden")
     chosen = [model_choice] if model_choice is not None else []
-    mic_in.start_recording(tab.start, [cache_on, mode] + chosen, [timer] + views, concurrency_limit=None, **quiet)
+    mic_in.start_recording(tab.start, [cache_on, mode, policy] + chosen, [timer] + views,
+                           concurrency_limit=None, **quiet)
     # No concurrency limit: the handler only queues audio. Gradio's frontend drops a chunk
     # when the previous chunk's event is still pending, so the handler must never wait in
     # the queue behind anything (a limit of 1 lost half the audio on a busy 2-core box).
-    mic_in.stream(tab.chunk, [mic_in, cache_on, mode] + chosen, None, stream_every=0.5, time_limit=None,
+    mic_in.stream(tab.chunk, [mic_in, cache_on, mode, policy] + chosen, None, stream_every=0.5, time_limit=None,
                   concurrency_limit=None, **quiet)
     mic_in.stop_recording(tab.stop, chosen or None, [timer] + views, concurrency_limit=None, **quiet)
     timer.tick(tab.tick, None, views, concurrency_limit=None, **quiet)

@@ -1,5 +1,7 @@
-"""What the Live tab shows of a session: the transcript, the stats tiles, the cache panel
-and the latency chart (latency_svg.py), rendered as HTML from the worker's immutable
+"""What the Live tab shows of a session: the transcript, the buffer strip over the stats
+tiles (live_strip.py: the audio the last re-decode read, what is committed of it and where
+the model was reading), the cache panel and the latency chart (latency_svg.py), rendered
+as HTML from the worker's immutable
 LiveView. A timer redraws them (live_tab.py); what did not change since it was last sent
 is skipped (gr.skip()).
 """
@@ -15,6 +17,7 @@ from ..live import LiveView
 from . import panel
 from .chunk_order import ChunkSequencer
 from .latency_svg import latency_svg
+from .live_strip import strip_html
 
 COMMITTED_STYLE = ""
 TENTATIVE_STYLE = "color:#94a3b8;font-style:italic"
@@ -127,8 +130,8 @@ def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
 
 
 def render(session, model, note: str = "") -> tuple:
-    """(transcript, stats, panel, chart) HTML for the current state of a live_tab.TabSession
-    (or None)."""
+    """(transcript, strip and stats, panel, chart) HTML for the current state of a
+    live_tab.TabSession (or None)."""
     if session is None:
         return (transcript_html("", "", note=note), "", panel.panel_html(None, model, status=note or IDLE_TEXT),
                 latency_svg({}))
@@ -148,8 +151,11 @@ def render(session, model, note: str = "") -> tuple:
         encoder_ms = view.stats.last_encoder_ms if view.stats else None
         panel_box = panel.panel_html(event, session.model, latencies_ms=[ms for ms, _ in pairs],
                                      status=status, encoder_ms=encoder_ms)
+    # the strip sits in the stats box, right under the transcript: it changes when they do
+    # (once per update), not with every token as the transcript does
+    strip = strip_html(view.update.buffer if view.update else None, session.policy, final=final is not None)
     return (transcript_html(committed, tentative, final=final is not None, note=note),
-            stats_html(view, session.order), panel_box, latency_svg(series))
+            strip + stats_html(view, session.order), panel_box, latency_svg(series))
 
 
 def _decode_status(view: LiveView) -> str:
