@@ -4,12 +4,15 @@ The encoder is most of a short decode (a live re-decode: ~75 %), and in float32 
 is attention over 1500 positions, half the block linears. Cores with AVX512_BF16 (or AMX)
 multiply bfloat16 at twice float32's rate and read half the bytes, so here:
 
-- the weights are cast to bfloat16 once per model (not per op, as torch.autocast would);
-- the block linears and the convolutions run in bfloat16 (oneDNN);
-- attention is written out, a block of 256 queries at a time: scores, softmax and the
-  weighted sum of values in bfloat16, so one block's scores stay in cache. PyTorch's fused
-  CPU attention (SDPA) takes as long in bfloat16 as in float32 here, and one
-  [heads, 1500, 1500] score matrix is 27 MB;
+- the weights are cast to bfloat16 once per model (not per op, as torch.autocast would),
+  and the query, key and value projections are concatenated into one;
+- the block linears and the convolutions run in bfloat16 (oneDNN), the MLP's GELU fused
+  into its first linear where PyTorch offers that operator;
+- attention is one compiled kernel (bf16_attention.py): scores, a float32 softmax and the
+  weighted sum of values for a block of 32 queries while they sit in the core's cache.
+  PyTorch's fused CPU attention (SDPA) takes as long in bfloat16 as in float32 here, and one
+  [heads, 1500, 1500] score matrix is 27 MB. Without the kernel (no compiler, no
+  AVX512_BF16) the same attention is written out in PyTorch, 256 queries at a time;
 - layer norms are computed in float32 (their statistics over 384-1280 values lose most to
   rounding), the residual stream is kept in float32 (each block adds a small update to it),
   and the output features are float32, as the decoder expects.
