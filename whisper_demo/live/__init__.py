@@ -17,6 +17,8 @@ snapshots.py what it publishes: LiveStats and LiveUpdate, immutable
 decoder.py  the model as the callable a session decodes with
 worker.py   the thread that drives a session and publishes immutable views
 registry.py sessions by key, idle ones closed
+mic.py      this computer's microphone: the terminal mode and the page's desktop source
+mic_device.py the device itself (sounddevice, imported lazily)
 (its benchmarks are in whisper_demo/bench/: live_stream, live_sessions, live_eval)
 """
 
