@@ -76,8 +76,9 @@ def test_the_edge_is_labelled_in_plain_words_and_the_words_are_ticked():
         [expected_x(s, 10, 20) for s in (13.9, 16.0, 19.2)], abs=0.1)
     assert ticks[0].get("stroke") != ticks[1].get("stroke")  # committed and tentative look different
     assert ticks[1].find("title").text.startswith("and: read at 16.00 s")
-    caption = re.search(r'wk-strip-caption[^>]*>(.*?)</div>', page, re.S).group(1)
-    assert "0.4 s before the end" in caption and "red cursor" in caption
+    caption = re.search(r'wk-strip-caption[^>]*>(.*?)</div></div>', page, re.S).group(1)
+    assert "0.4 s before the end of the audio so far" in caption and "not fully heard" in caption
+    assert "where the newest token was reading" in caption  # the legend names the cursor
 
 
 def test_the_waveform_has_one_bar_per_envelope_value_taller_where_louder():

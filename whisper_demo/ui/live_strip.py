@@ -15,6 +15,7 @@ Pure: a BufferView in, HTML out; no gradio.
 from __future__ import annotations
 
 import html
+import math
 from typing import List, Optional
 
 from ..live.snapshots import BufferView
@@ -61,7 +62,7 @@ def strip_html(buffer: Optional[BufferView], policy: str, final: bool = False) -
     caption = html.escape(strip_caption(buffer, policy, final))
     return (f'<div id="live-strip" class="wk-chart">{heading}{svg}'
             f'<div class="wk-strip-caption" style="font-size:.8rem;color:var(--body-text-color-subdued)">'
-            f'{caption}</div></div>')
+            f'<div>{legend_html(buffer, policy)}</div>{caption}</div></div>')
 
 
 def strip_parts(buffer: BufferView) -> List[str]:
@@ -76,8 +77,9 @@ def strip_parts(buffer: BufferView) -> List[str]:
         cx = scale.x(buffer.committed_until)
         parts.append(f'<rect class="wk-strip-committed" x="{left:.1f}" y="{PLOT_TOP}" width="{cx - left:.1f}" '
                      f'height="{height}" fill="{COMMITTED_FILL}"/>')
-        if cx - left > 70:
-            parts.append(f'<text x="{left + 4:.1f}" y="{PLOT_TOP + 12}" fill="{COMMITTED_LINE}">committed</text>')
+        if cx - left > 70:  # with a halo of the shading's colour: readable over the waveform
+            parts.append(f'<text x="{left + 4:.1f}" y="{PLOT_TOP + 12}" fill="{COMMITTED_LINE}" '
+                         f'stroke="{COMMITTED_FILL}" stroke-width="3" paint-order="stroke">committed</text>')
     if buffer.edge is not None:  # the last stretch of audio, which the model has not fully heard
         ex = scale.x(buffer.edge)
         parts.append(f'<rect class="wk-strip-unheard" x="{ex:.1f}" y="{PLOT_TOP}" width="{right - ex:.1f}" '
@@ -109,9 +111,24 @@ def strip_parts(buffer: BufferView) -> List[str]:
                      'stroke-width="2"/>')
         parts.append(_label(ux, PLOT_BOTTOM + 15, CURSOR_LABEL, CURSOR_COLOR))
 
-    baseline = HEIGHT - 4  # the time axis: the buffer's two ends, in seconds since Record
-    parts.append(f'<text x="{left:.1f}" y="{baseline}">{buffer.start:.1f} s</text>')
-    parts.append(f'<text x="{right:.1f}" y="{baseline}" text-anchor="end">{buffer.end:.1f} s</text>')
+    return parts + _time_axis(scale, buffer.start, buffer.end)
+
+
+def _time_axis(scale: StripScale, start: float, end: float) -> List[str]:
+    """The buffer's two ends in seconds since Record, and a label every 0.5, 1, 2, 5 or 10 s
+    between them (at most about eight), kept clear of the ends' labels."""
+    baseline = HEIGHT - 4
+    left, right = scale.x(start), scale.x(end)
+    parts = [f'<text x="{left:.1f}" y="{baseline}">{start:.1f} s</text>',
+             f'<text x="{right:.1f}" y="{baseline}" text-anchor="end">{end:.1f} s</text>']
+    step = next((s for s in (0.5, 1, 2, 5, 10) if (end - start) / s <= 8), 30)
+    t = math.floor(start / step) * step + step
+    while t < end:
+        x = scale.x(t)
+        if x - left > 45 and right - x > 45:
+            parts.append(f'<line x1="{x:.1f}" y1="{baseline - 13}" x2="{x:.1f}" y2="{baseline - 10}" stroke="#94a3b8"/>')
+            parts.append(f'<text x="{x:.1f}" y="{baseline}" text-anchor="middle">{t:g}</text>')
+        t += step
     return parts
 
 
@@ -140,21 +157,34 @@ def _label(x: float, y: float, text: str, color: str) -> str:
 
 
 def strip_caption(buffer: BufferView, policy: str, final: bool) -> str:
-    """What the strip shows, in plain words, for this policy and moment."""
-    seen = ("The waveform is the audio the last re-decode read (seconds since Record); "
-            "green is committed and will not change.")
+    """One plain sentence on what the strip shows, for this policy and moment."""
     if final:
-        return seen + " The session ended: every word heard is committed."
+        return "The session ended: every word heard is committed."
     if policy != "alignatt":
-        return (seen + " No cursor: this session commits a word when two decodes agree on it, "
-                "which does not read the model's attention. Choose \"the model has heard it "
-                "(AlignAtt)\" before Record to see where the model is reading.")
+        return ("No cursor: this session commits a word when two decodes agree on it, which does "
+                "not read where the model is listening. Choose AlignAtt before Record to see it.")
     if buffer.edge is None:
-        return seen
-    edge_s = buffer.end - buffer.edge
-    where = (f"the dashed line is {edge_s:.1f} s before the end of the audio that has arrived"
-             + (" (you paused, so the whole phrase was heard)" if buffer.at_pause else ""))
-    cursor = (" The red cursor is where the newest token was reading; ticks mark where each "
-              "word was read (dark: committed now, light: still tentative).") if buffer.cursor is not None else ""
-    return (f"{seen} A word is committed once the model has read it before the edge: {where}; "
-            f"past it the model has not fully heard the speech yet.{cursor}")
+        return "The model's attention was not read for this decode."
+    sentence = (f"A word is committed once the model has read it before the edge, "
+                f"{buffer.end - buffer.edge:.1f} s before the end of the audio so far")
+    if buffer.at_pause:
+        return sentence + ": you paused, so the model heard the whole phrase."
+    return sentence + ": past it the speech is not fully heard yet."
+
+
+def legend_html(buffer: BufferView, policy: str) -> str:
+    """What each colour means, drawn in that colour."""
+    def key(swatch: str, text: str) -> str:
+        return (f'<span style="margin-right:.9rem;white-space:nowrap"><span style="display:inline-block;'
+                f'width:.8rem;height:.6rem;vertical-align:middle;margin-right:.3rem;{swatch}"></span>'
+                f"{html.escape(text)}</span>")
+
+    keys = [key(f"background:{COMMITTED_FILL};border-right:2px solid {COMMITTED_LINE}", "committed: will not change")]
+    if policy == "alignatt" and buffer.edge is not None:
+        keys.append(key(f"background:{UNHEARD_FILL};border-left:2px dashed {EDGE_LINE}", "after the edge: not fully heard"))
+    if buffer.cursor is not None:
+        keys.append(key(f"border-left:2px solid {CURSOR_COLOR}", "where the newest token was reading"))
+    if buffer.words:
+        keys.append(key(f"border-left:2px solid {WORD_COMMITTED};border-right:2px solid {WORD_TENTATIVE};width:.5rem",
+                        "where each word was read (hover: which)"))
+    return "".join(keys)
