@@ -77,15 +77,16 @@ def strip_parts(buffer: BufferView) -> List[str]:
         cx = scale.x(buffer.committed_until)
         parts.append(f'<rect class="wk-strip-committed" x="{left:.1f}" y="{PLOT_TOP}" width="{cx - left:.1f}" '
                      f'height="{height}" fill="{COMMITTED_FILL}"/>')
-        if cx - left > 70:  # with a halo of the shading's colour: readable over the waveform
-            parts.append(f'<text x="{left + 4:.1f}" y="{PLOT_TOP + 12}" fill="{COMMITTED_LINE}" '
-                         f'stroke="{COMMITTED_FILL}" stroke-width="3" paint-order="stroke">committed</text>')
     if buffer.edge is not None:  # the last stretch of audio, which the model has not fully heard
         ex = scale.x(buffer.edge)
         parts.append(f'<rect class="wk-strip-unheard" x="{ex:.1f}" y="{PLOT_TOP}" width="{right - ex:.1f}" '
                      f'height="{height}" fill="{UNHEARD_FILL}"/>')
 
     parts += _waveform(buffer, left, right)
+    if committed and scale.x(buffer.committed_until) - left > 70:
+        # over the waveform, with a halo of the shading's colour to stay readable
+        parts.append(f'<text x="{left + 4:.1f}" y="{PLOT_TOP + 12}" fill="{COMMITTED_LINE}" '
+                     f'stroke="{COMMITTED_FILL}" stroke-width="4" paint-order="stroke">committed</text>')
 
     if committed and buffer.committed_until < buffer.end:
         cx = scale.x(buffer.committed_until)
