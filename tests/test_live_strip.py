@@ -5,6 +5,7 @@ snapshots (where each line lands, in the strip's own x), then a real AlignAtt se
 tiny.en on a real clip is checked to fill the snapshot as the policy decided."""
 
 import re
+import types
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -110,6 +111,23 @@ def test_nothing_committed_in_this_buffer_draws_no_boundary():
 def test_before_the_first_decode_the_strip_says_what_will_appear():
     page = strip_html(None, "alignatt")
     assert "<svg" not in page and "where the model is reading" in page
+
+
+def test_the_live_tab_draws_the_strip_of_the_last_update_under_the_transcript():
+    from whisper_demo.live.snapshots import LiveUpdate
+    from whisper_demo.live.worker import LiveView
+    from whisper_demo.ui import live_view
+
+    def rendered(policy):
+        update = LiveUpdate("cool", "and cloudy", "", True, None, (), None, buffer=view())
+        shown = LiveView(3, "cool", "and cloudy", update, None, None, None, False)
+        session = types.SimpleNamespace(final=None, order=None, model=None, policy=policy, worker=types.SimpleNamespace(
+            latency_series=lambda: {}, view=lambda: shown))
+        _, stats_box, _, _ = live_view.render(session, None)
+        return stats_box
+
+    assert 'id="live-strip"' in rendered("alignatt") and "wk-strip-cursor" in rendered("alignatt")
+    assert "No cursor" in rendered("agreement")  # the session's own policy, not a guess from the data
 
 
 # ------------------------------------------------------------------ the snapshot
