@@ -27,7 +27,7 @@ import threading
 import weakref
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +35,7 @@ from torch import Tensor
 
 from . import bf16_attention
 
+PACKED_FOR_ROWS = 1500  # oneDNN picks its weight layout for this many input rows (a window); any count runs
 QUERY_BLOCK = 256  # queries per attention block: 6-20 heads x 256 x 1500 scores in cache
 # CPU flags (Linux /proc/cpuinfo) for native bfloat16 dot products
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -73,6 +74,16 @@ def _fused_linear_supported() -> bool:
         return False
 
 
+def _packed(weight: Tensor) -> Optional[Tensor]:
+    """A linear's bfloat16 weight in oneDNN's blocked layout (what its linear would reorder it
+    to on every call: 0.85-0.94x the time of an unpacked call here, the same numbers), or
+    None where this PyTorch cannot."""
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_FOR_ROWS)
+    except (AttributeError, RuntimeError):
+        return None
+
+
 class Bf16Encoder:
     """A model's encoder weights in bfloat16 (made once, shared by every decode) and its
     forward pass. Holds weights only, no per-call state, so any thread may call it."""
@@ -87,6 +98,14 @@ class Bf16Encoder:
         self.n_head = encoder.blocks[0].attn.n_head
         for layer in range(self.n_layers):  # one projection for queries, keys and values
             self._fuse_projections(f"blocks.{layer}.attn.")
+        # the linears' weights in oneDNN's own layout too, packed once rather than per call
+        self.packed: Dict[str, Tensor] = {}
+        if _fused_linear_supported():
+            for name, weight in self.weights.items():
+                if weight.dim() == 2 and weight.dtype == torch.bfloat16:
+                    packed = _packed(weight)
+                    if packed is not None:
+                        self.packed[name] = packed
 
     def _fuse_projections(self, prefix: str) -> None:
         w = self.weights
@@ -118,6 +137,7 @@ class Bf16Encoder:
     def _linear(self, x: Tensor, name: str, activation: str = "none") -> Tensor:
         weight, bias = self.weights[name + ".weight"], self.weights.get(name + ".bias")
         if _fused_linear_supported():
+            weight = self.packed.get(name + ".weight", weight)
             return torch.ops.mkldnn._linear_pointwise(x, weight, bias, activation, [], "none")
         y = F.linear(x, weight, bias)
         return F.gelu(y) if activation == "gelu" else y
