@@ -130,6 +130,28 @@ def test_the_live_tab_draws_the_strip_of_the_last_update_under_the_transcript():
     assert "No cursor" in rendered("agreement")  # the session's own policy, not a guess from the data
 
 
+def test_the_policy_choice_reaches_the_handlers_that_open_a_session():
+    # Gradio passes a handler's inputs by position: each must land on the parameter named for it
+    import inspect
+
+    import gradio as gr
+
+    from whisper_demo.ui.live_tab import build_live_tab
+    from whisper_demo.ui.store import Defaults, ModelStore
+
+    with gr.Blocks() as page:
+        header_model = gr.Dropdown(["tiny.en"], value="tiny.en", elem_id="header-model")
+        build_live_tab(ModelStore(device="cpu"), Defaults(model="tiny.en"), model_choice=header_model)
+    parameter_of = {"live-mic": "audio", "live_kv_toggle": "cache_on", "live_cache_mode": "mode",
+                    "live_policy": "policy", "header-model": "model_name"}
+    handlers = {fn.fn.__name__: fn for fn in page.fns.values() if fn.fn.__name__ in ("start", "chunk")}
+    assert set(handlers) == {"start", "chunk"}
+    for name, fn in handlers.items():
+        parameters = list(inspect.signature(fn.fn).parameters)
+        given = [parameter_of[component.elem_id] for component in fn.inputs]
+        assert "policy" in given and parameters[:len(given)] == given, (name, parameters, given)
+
+
 # ------------------------------------------------------------------ the snapshot
 
 
@@ -205,3 +227,18 @@ def test_a_real_alignatt_session_places_its_cursor_inside_the_buffer_and_its_edg
     committed_until = [u.buffer.committed_until for u in updates if u.buffer is not None]
     assert committed_until == sorted(committed_until) and committed_until[-1] > 9.0
     assert "do for your country" in updates[-1].committed.lower()
+
+
+def test_an_alignatt_tab_session_decodes_with_attention(tiny_model):
+    from whisper_demo.events import DecodeOptions
+    from whisper_demo.ui.live_tab import TabSession
+
+    for policy, attention in (("alignatt", True), ("agreement", False)):
+        session = TabSession(tiny_model, DecodeOptions(), policy=policy)
+        try:
+            live = session.worker.session
+            assert live.config.policy == policy and live.decoder.options.attention is attention
+            session.set_options(DecodeOptions(cache="hooks"))  # a chunk's options: the policy stays
+            assert live.decoder.options.attention is attention and live.decoder.options.cache == "hooks"
+        finally:
+            session.close()
