@@ -77,8 +77,9 @@ def _bytes(text: str) -> int:
 def parser() -> argparse.ArgumentParser:
     from whisper_demo import limits
     from whisper_demo.audio import DEFAULT_MAX_SECONDS
-    from whisper_demo.events import CACHE_MODES, PRECISIONS
+    from whisper_demo.events import CACHE_MODES
     from whisper_demo.models import DEFAULT_MODEL
+    from whisper_demo.precision import PRECISIONS
 
     p = argparse.ArgumentParser(
         prog="python app.py",

@@ -89,7 +89,7 @@ def test_cache_beam_and_precision_flags_set_the_page_and_its_decodes(served, mon
     updates = list(handler(app, "transcribe")(*values))
     assert "ask not" in updates[-1][0].lower()
     assert strategies and {s[:3] for s in strategies} == {("off", 3, "int8")}
-    assert all(s[3].precision == "int8" for s in strategies)
+    assert all(s[3].precision.name == "int8" for s in strategies)
     assert "no KV cache, beam 3" in updates[-1][1]
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from whisper.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
 
-import whisper_demo.encoder as encoder_module
+import whisper_demo.precision as precision_module
 from whisper_demo.bf16_encoder import bf16_encoder, bf16_supported
 from whisper_demo.decode import stream_transcribe, transcribe
 from whisper_demo.encoder import encode, encoder_dtype
@@ -63,14 +63,14 @@ def test_the_fast_mode_encodes_in_bfloat16_only_where_the_cpu_has_it(tiny_model,
     mel = _mel(clip, "jfk.wav")
     assert encoder_dtype(tiny_model, "exact") == "float32"
     assert encoder_dtype(tiny_model, "int8") == ("bfloat16" if bf16_supported() else "float32")
-    monkeypatch.setattr(encoder_module, "bf16_supported", lambda: False)
+    monkeypatch.setattr(precision_module, "bf16_supported", lambda: False)
     assert encoder_dtype(tiny_model, "int8") == "float32"
     with torch.inference_mode():
         assert torch.equal(encode(tiny_model, mel, "int8"), tiny_model.encoder(mel))
 
 
 def test_results_and_events_say_what_the_encoder_computed_in(tiny_model, clip, monkeypatch):
-    monkeypatch.setattr(encoder_module, "bf16_supported", lambda: True)  # as on this project's CPU
+    monkeypatch.setattr(precision_module, "bf16_supported", lambda: True)  # as on this project's CPU
     audio = clip("jfk.wav")
     for precision, dtype in (("exact", "float32"), ("int8", "bfloat16")):
         items = list(stream_transcribe(tiny_model, audio, DecodeOptions(precision=precision)))
@@ -80,7 +80,7 @@ def test_results_and_events_say_what_the_encoder_computed_in(tiny_model, clip, m
 
 
 def test_the_fast_encoder_gives_the_same_words_on_clear_speech(tiny_model, clip, monkeypatch):
-    monkeypatch.setattr(encoder_module, "bf16_supported", lambda: True)
+    monkeypatch.setattr(precision_module, "bf16_supported", lambda: True)
     audio = clip("jfk.wav")
     exact = transcribe(tiny_model, audio, DecodeOptions())
     fast = transcribe(tiny_model, audio, DecodeOptions(precision="int8"))
@@ -107,9 +107,9 @@ def test_the_panel_says_what_the_encoder_computed_in(tiny_model, clip, monkeypat
     from whisper_demo.ui.panel import panel_html
 
     audio = clip("short_3s.wav")
-    monkeypatch.setattr(encoder_module, "bf16_supported", lambda: True)
+    monkeypatch.setattr(precision_module, "bf16_supported", lambda: True)
     fast = transcribe(tiny_model, audio, DecodeOptions(precision="int8"))
-    monkeypatch.setattr(encoder_module, "bf16_supported", lambda: False)  # a CPU without it
+    monkeypatch.setattr(precision_module, "bf16_supported", lambda: False)  # a CPU without it
     plain = transcribe(tiny_model, audio, DecodeOptions(precision="int8"))
     assert "features, per 30 s window · bfloat16" in panel_html(fast, tiny_model)
     assert "features, per 30 s window · float32" in panel_html(plain, tiny_model)

@@ -161,7 +161,7 @@ class StaticCache(CacheStrategy):
         return logits
 
     def draft_logits(self, tokens: Tensor, audio_features: Tensor, sot_index: int, n_draft: int):
-        if self.runner.precision == "exact":
+        if not self.runner.precision.int8_projection:
             return super().draft_logits(tokens, audio_features, sot_index, n_draft)
         # int8 (runner.logits): project each row when its step comes, alone, as that step
         # would without a draft; the first with the start-of-transcript row, as step_logits.
@@ -201,7 +201,7 @@ class StaticCache(CacheStrategy):
                 v[:, :, : self.length] = v[index, :, : self.length]
 
     def exact_cross_kv(self):
-        return self.cross_kv if self.runner.precision == "exact" else None
+        return self.cross_kv if self.runner.precision.exact_cross_kv else None
 
     def cleanup_caching(self):
         self.self_kv = None

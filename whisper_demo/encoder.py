@@ -11,7 +11,8 @@ audio keeps what the decoder sees at the end of speech close to training (paddin
 speech there too); the live benchmark measures the word error rate both ways.
 
 The fast precision ("int8") also encodes in bfloat16 where the CPU multiplies it natively
-(bf16_encoder.py); the exact precision always runs the model's own float32 encoder.
+(bf16_encoder.py; precision.py decides where); the exact precision always runs the model's
+own float32 encoder.
 """
 
 import math
@@ -21,7 +22,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from whisper.audio import N_FRAMES
 
-from .bf16_encoder import bf16_encoder, bf16_supported
+from .bf16_encoder import bf16_encoder
+from .precision import precision_for
 
 FRAMES_PER_SECOND = 100  # log-mel frames (10 ms hop)
 MARGIN_SECONDS = 2.0  # encoded padding after the audio (see above)
@@ -40,11 +42,7 @@ def encoder_frames(audio_frames: int, audio_only: bool) -> int:
 def encoder_dtype(model, precision: str = "exact") -> str:
     """What the encoder computes in for a decode at `precision`: "bfloat16" in the fast mode
     on a CPU with native bfloat16 (a float32 model), else the model's own dtype."""
-    weights = model.encoder.conv1.weight
-    if (precision != "exact" and weights.device.type == "cpu" and weights.dtype == torch.float32
-            and bf16_supported()):
-        return "bfloat16"
-    return str(weights.dtype).removeprefix("torch.")
+    return precision_for(model, precision).encoder_dtype
 
 
 def encode(model, mel: Tensor, precision: str = "exact") -> Tensor:

@@ -9,18 +9,19 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from .precision import check_precision
+
 CACHE_MODES = ("static", "hooks", "off")
 # Whisper's unit of time: one timestamp token, one encoder position (2 mel frames of 10 ms)
 TIMESTAMP_SECONDS = 0.02
-PRECISIONS = ("exact", "int8")  # int8: the fast mode, see runner.py
 
 
 @dataclass(frozen=True)
 class DecodeOptions:
     cache: str = "static"  # "static" (ours), "hooks" (openai-whisper's), "off"
     beam_size: int = 1  # 1 = greedy
-    # "int8", the fast mode: quantized decoder matmuls (static and off modes, CPU) and the
-    # encoder in bfloat16 where the CPU has it (encoder.encoder_dtype)
+    # one of PRECISIONS: "exact", or "int8", the fast mode (static and off modes, CPU):
+    # quantized decoder matmuls and a bfloat16 encoder where the CPU has it (precision.py)
     precision: str = "exact"
     language: Optional[str] = None  # None: "en" for .en models, detected otherwise
     task: str = "transcribe"  # or "translate"
@@ -90,10 +91,7 @@ class DecodeOptions:
     def __post_init__(self):
         if self.cache not in CACHE_MODES:
             raise ValueError(f"cache must be one of {CACHE_MODES}, not {self.cache!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, not {self.precision!r}")
-        if self.precision != "exact" and self.cache == "hooks":
-            raise ValueError("the hooks mode runs openai-whisper's modules as they are: exact precision only")
+        check_precision(self.precision, self.cache)
         if self.beam_size < 1:
             raise ValueError("beam_size must be at least 1")
         object.__setattr__(self, "clip_timestamps", tuple(float(t) for t in self.clip_timestamps))

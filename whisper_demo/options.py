@@ -9,16 +9,16 @@ temperature fallback, thresholds, any field added later) survives from the base 
 Rules decided here (and nowhere else):
 - The "KV cache" checkbox wins over the mode radio (`effective_mode`).
 - Language "auto" (or empty) means detect; an English-only model ignores a language choice.
-- int8 with the hooks mode: hooks runs openai-whisper's modules as they are, so it always
-  decodes in exact precision; the int8 fast mode applies to the static and off modes.
-  Choosing hooks switches the precision to exact rather than refusing, so that a session
-  started with `--precision int8` can still pick any cache mode in the page.
+- Choosing the hooks mode switches int8 to exact rather than refusing (hooks runs
+  openai-whisper's modules as they are; precision.precision_with_cache), so that a
+  session started with `--precision int8` can still pick any cache mode in the page.
 """
 
 from dataclasses import fields, replace
 from typing import Optional
 
 from .events import CACHE_MODES, DecodeOptions
+from .precision import precision_with_cache
 
 AUTO_LANGUAGE = "auto"
 _FIELDS = frozenset(f.name for f in fields(DecodeOptions))
@@ -54,6 +54,6 @@ def decode_options(base: DecodeOptions, *, cache_on: Optional[bool] = None, mode
     if "language" in choices:
         language = choices["language"]
         choices["language"] = None if not language or language == AUTO_LANGUAGE or not multilingual else language
-    if choices.get("cache", base.cache) == "hooks":
-        choices["precision"] = "exact"  # see the module docstring
+    choices["precision"] = precision_with_cache(choices.get("precision", base.precision),
+                                                choices.get("cache", base.cache))
     return replace(base, **choices)

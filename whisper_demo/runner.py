@@ -4,14 +4,12 @@ This is openai-whisper's TextDecoder.forward written out so that keys and values
 buffers the caller owns instead of through module hooks. A runner is built once per
 (model, precision) and shared by every decode: it holds weights, never per-decode state.
 
-Precision:
-- "exact": the model's own weights. Tokens equal openai-whisper's (not bit-identical
-  logits: sums run in another order).
+Precision (precision.py says what each means on a model):
+- "exact": the model's own weights.
 - "int8": the vocabulary projection as a dynamically quantized int8 matmul (fbgemm: int8
   weights, the activation quantized per call, the fastest here at 1-5 rows). A decoder
   step is bound by reading weights from memory, and this one matrix is 80 MB of tiny.en's
-  ~130 MB per step in float32; int8 reads a quarter of that. Transcripts may differ
-  slightly from the exact mode's (the benchmark reports WER).
+  ~130 MB per step in float32; int8 reads a quarter of that.
 
 A decoder step (1-8 rows) on a float32 CPU model goes through whisper_demo/kernels when
 they build (a C++ compiler is there):
@@ -26,7 +24,7 @@ gelu is fused into the MLP's first matmul, and a step's parallel work runs on th
 own thread team with torch's operators on the calling thread alone (kernels.step_threads).
 Query, key and value are one matmul per layer in every case. Without the kernels, PyTorch's
 float32 matmuls (the layout of the tied vocabulary projection aside, see below), the same
-tokens. What each measured is in the README ("What we tried").
+tokens. What each measured is in docs/benchmarks.md.
 """
 
 import math
@@ -41,7 +39,7 @@ from torch import Tensor, nn
 from whisper.model import Whisper
 
 from . import kernels
-from .events import PRECISIONS
+from .precision import Precision, precision_for
 
 Linear = Callable[[Tensor], Tensor]
 
@@ -126,25 +124,21 @@ class BlockWeights:
 
 class DecoderRunner:
     def __init__(self, model: Whisper, precision: str = "exact"):
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
-        if precision == "int8" and model.device.type != "cpu":
-            raise ValueError("int8 precision runs on the CPU only")
+        self.precision: Precision = precision_for(model, precision)  # refuses what cannot run here
         decoder = model.decoder
-        self.precision = precision
         self.n_head = model.dims.n_text_head
         self.n_ctx = model.dims.n_text_ctx
         self.d_model = model.dims.n_text_state
         self.token_embedding = decoder.token_embedding.weight
         self.positional_embedding = decoder.positional_embedding
-        packed = (model.device.type == "cpu" and self.token_embedding.dtype == torch.float32
-                  and kernels.available())
-        self.kind = ("i8" if precision == "int8" else "f16") if packed else None
+        # kernels.available() builds them on first use: asked only where they would run
+        packed = self.precision.packs_steps and kernels.available()
+        self.kind = self.precision.step_weights if packed else None
         self.blocks = [BlockWeights(block, self.kind) for block in decoder.blocks]
         self.ln = decoder.ln
-        if precision == "int8":
+        if self.precision.int8_projection:
             self.project = int8_linear(self.token_embedding)
-        elif packed:
+        elif self.kind is not None:
             # float16 holds the tied embedding exactly: 40 MB a step instead of 80 (tiny.en),
             # any number of rows (8 at a time), no float32 copy kept
             self.project = kernels.PackedLinear(self.token_embedding, None, "f16")

@@ -33,7 +33,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 import torch
 
-from .. import encoder as encoder_module
+from .. import precision as precision_module
 from ..audio import load_audio
 from ..decode import transcribe
 from ..events import DecodeOptions
@@ -99,12 +99,12 @@ def recordings(eval_dir: Path, with_examples: bool = True) -> List[Recording]:
 @contextlib.contextmanager
 def _float32_encoder():
     """The fast mode with the encoder it had before: as on a CPU without native bfloat16."""
-    saved = encoder_module.bf16_supported
-    encoder_module.bf16_supported = lambda: False
+    saved = precision_module.bf16_supported
+    precision_module.bf16_supported = lambda: False
     try:
         yield
     finally:
-        encoder_module.bf16_supported = saved
+        precision_module.bf16_supported = saved
 
 
 def transcribe_in(model, recording: Recording, mode: str, beam_size: int) -> Transcript:

@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from ..decode import transcribe
-from ..events import PRECISIONS, DecodeOptions, DecodeResult
+from ..events import DecodeOptions, DecodeResult
+from ..precision import PRECISIONS
 
 SAMPLE_RATE = 16000
 

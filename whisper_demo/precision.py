@@ -1,0 +1,91 @@
+"""Precision: what a decode computes in. The names are checked here, and what a name means
+on a given model and device is decided here; the runner, the cache and the encoder ask a
+Precision instead of comparing names.
+
+- "exact": the model's own weights and a float32 encoder. Tokens equal openai-whisper's
+  (not bit-identical logits: sums run in another order).
+- "int8", the fast mode: the decoder's vocabulary projection as a dynamically quantized
+  int8 matmul (and, with the kernels, the blocks' small linears int8 weight-only and the
+  cross-attention K/V float16), and the encoder in bfloat16 where the CPU multiplies it
+  natively. CPU only; transcripts may differ slightly from the exact mode's (the accuracy
+  benchmark measures the word error rate of both).
+
+The hooks cache mode runs openai-whisper's modules as they are, so it is exact only.
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+PRECISIONS = ("exact", "int8")
+
+
+def check_precision(name: str, cache: Optional[str] = None, device: Optional[str] = None) -> None:
+    """Raise ValueError unless `name` can run with this cache mode and on this device."""
+    if name not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, not {name!r}")
+    if name != "exact" and cache == "hooks":
+        raise ValueError("the hooks mode runs openai-whisper's modules as they are: exact precision only")
+    if name != "exact" and device not in (None, "cpu"):
+        raise ValueError(f"{name} precision runs on the CPU only")
+
+
+def precision_with_cache(name: str, cache: str) -> str:
+    """The precision a choice of cache mode runs in: the hooks mode runs exact whatever was
+    asked, so that a session started in the fast mode can still pick any cache mode."""
+    return "exact" if cache == "hooks" else name
+
+
+def bf16_supported() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (bf16_encoder.py checks)."""
+    from .bf16_encoder import bf16_supported as supported  # here, so importing this stays light
+
+    return supported()
+
+
+@dataclass(frozen=True)
+class Precision:
+    """One precision on one model: what its encoder and decoder compute in."""
+
+    name: str  # one of PRECISIONS
+    encoder_dtype: str  # what the encoder computes in: "bfloat16" in the fast mode where it can
+    model_dtype: str  # the model's own weights: "float32" on a CPU, often "float16" on a GPU
+    on_cpu: bool
+
+    @property
+    def exact(self) -> bool:
+        return self.name == "exact"
+
+    @property
+    def int8_projection(self) -> bool:
+        """The vocabulary projection is an int8 matmul whose activation scale covers every row
+        of a call: a step's logits are what it gives that row alone, so rows a draft checks
+        together are projected one at a time."""
+        return not self.exact
+
+    @property
+    def exact_cross_kv(self) -> bool:
+        """The cross-attention K/V are the exact runner's float32 projections, so word timing
+        may reuse them instead of projecting the audio again."""
+        return self.exact
+
+    @property
+    def packs_steps(self) -> bool:
+        """A decoder step may run on the kernels (kernels/): a float32 model on the CPU.
+        Elsewhere, and where the kernels do not build, PyTorch's float32 matmuls."""
+        return self.on_cpu and self.model_dtype == "float32"
+
+    @property
+    def step_weights(self) -> str:
+        """What a step's packed matmuls read: "f16" (exact: float16 holds Whisper's
+        float16-valued weights exactly, multiplied in float32) or "i8" (fast)."""
+        return "f16" if self.exact else "i8"
+
+
+def precision_for(model, name: str = "exact") -> Precision:
+    """What precision `name` means on `model` and its device; ValueError where it cannot run."""
+    weights = model.encoder.conv1.weight
+    check_precision(name, device=weights.device.type)
+    model_dtype = str(weights.dtype).removeprefix("torch.")
+    on_cpu = weights.device.type == "cpu"
+    fast_encoder = name != "exact" and on_cpu and model_dtype == "float32" and bf16_supported()
+    return Precision(name, "bfloat16" if fast_encoder else model_dtype, model_dtype, on_cpu)
