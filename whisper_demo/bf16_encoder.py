@@ -125,9 +125,9 @@ class Bf16Encoder:
             x = x.permute(0, 2, 1).float().contiguous() + w["positional_embedding"][: x.shape[2]]
             for layer in range(self.n_layers):
                 block = f"blocks.{layer}."
-                x = x + self._attention(self._norm(x, block + "attn_ln"), block + "attn.")
+                x += self._attention(self._norm(x, block + "attn_ln"), block + "attn.")  # in place: no new 2-5 MB
                 hidden = self._linear(self._norm(x, block + "mlp_ln"), block + "mlp.0", "gelu")
-                x = x + self._linear(hidden, block + "mlp.2")
+                x += self._linear(hidden, block + "mlp.2")
             return self._norm(x, "ln_post", out=torch.float32)
 
     def _norm(self, x: Tensor, name: str, out=torch.bfloat16) -> Tensor:
