@@ -51,3 +51,13 @@ def test_the_product_never_imports_the_benchmarks():
         if re.search(r"^\s*(from|import)\s+(whisper_demo\.bench|\.+bench)\b", path.read_text(), re.M):
             importers.append(str(path.relative_to(PACKAGE)))
     assert importers == []
+
+
+def test_the_manifest_is_read_in_one_place(tmp_path):
+    from whisper_demo.bench.data import manifest
+
+    assert manifest(tmp_path) == [] and manifest(None) == []
+    with pytest.raises(FileNotFoundError, match="WHISPER_KV_EVAL_DIR"):
+        manifest(tmp_path, required=True)
+    (tmp_path / "manifest.jsonl").write_text('{"id": "a", "audio": "a.wav", "reference": "hi"}\n\n')
+    assert manifest(tmp_path) == [{"id": "a", "audio": "a.wav", "reference": "hi"}]

@@ -39,7 +39,7 @@ from ..decode import transcribe
 from ..events import DecodeOptions
 from ..examples import clip_path, reference_transcripts
 from ..text import word_edits, words
-from .data import add_eval_dir_argument
+from .data import add_eval_dir_argument, manifest
 
 MODES = ("exact", "fast", "fast-float32-encoder")
 BOOTSTRAP_DRAWS = 4000
@@ -82,14 +82,8 @@ class Comparison:
 
 
 def recordings(eval_dir: Path, with_examples: bool = True) -> List[Recording]:
-    found = []
-    manifest = eval_dir / "manifest.jsonl"
-    if manifest.exists():
-        for line in manifest.read_text().splitlines():
-            if line.strip():
-                item = json.loads(line)
-                found.append(Recording(item["id"], item.get("subset", "dev"), eval_dir / item["audio"],
-                                       item["reference"], item.get("language") or "en"))
+    found = [Recording(item["id"], item.get("subset", "dev"), eval_dir / item["audio"], item["reference"],
+                       item.get("language") or "en") for item in manifest(eval_dir)]
     if with_examples:
         found += [Recording(name, "examples", clip_path(name), text)
                   for name, text in reference_transcripts().items()]

@@ -8,8 +8,10 @@ environment variable WHISPER_KV_EVAL_DIR names another; every benchmark takes it
 """
 
 import argparse
+import json
 import os
 from pathlib import Path
+from typing import List, Optional
 
 from ..examples import clip_path
 
@@ -17,6 +19,18 @@ EVAL_DIR_VARIABLE = "WHISPER_KV_EVAL_DIR"
 REPOSITORY = Path(__file__).resolve().parents[2]
 DEFAULT_EVAL_DIR = Path(os.environ.get(EVAL_DIR_VARIABLE) or REPOSITORY.parent / "shared" / "eval-dev")
 DEFAULT_AUDIO = clip_path("speech_25s.wav")
+
+
+def manifest(eval_dir: Optional[Path], required: bool = False) -> List[dict]:
+    """The eval folder's recordings: one dict per line of its manifest.jsonl (id, audio
+    relative to the folder, reference, subset, language). None where there is no manifest,
+    unless `required`: then FileNotFoundError, saying where to point."""
+    path = None if eval_dir is None else Path(eval_dir) / "manifest.jsonl"
+    if path is None or not path.exists():
+        if required:
+            raise FileNotFoundError(f"no manifest.jsonl in {eval_dir} (--eval-dir DIR or ${EVAL_DIR_VARIABLE})")
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def add_eval_dir_argument(parser: argparse.ArgumentParser, optional: bool = False) -> None:

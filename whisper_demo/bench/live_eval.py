@@ -36,7 +36,7 @@ import numpy as np
 from ..audio import SAMPLE_RATE, load_audio
 from ..events import DecodeOptions
 from ..text import word_edits, words as normalized_words
-from .data import add_eval_dir_argument
+from .data import add_eval_dir_argument, manifest
 from .live_stream import phrases_committed_twice
 from .feeds import DecodeCosts, feed_fast, feed_paced
 from ..live.session import LiveConfig
@@ -49,8 +49,7 @@ PACED_COSTS = {"tiny.en": DecodeCosts(0.163, 0.012), "base": DecodeCosts(0.395, 
 def load_sessions(eval_dir: Path, every: int = 1, subset: Optional[str] = None, start: int = 0) -> List[dict]:
     """The manifest's recordings (every `every`-th from `start`, of one subset if named),
     each padded with a microphone's silence before and after."""
-    items = [json.loads(line) for line in (eval_dir / "manifest.jsonl").read_text().splitlines() if line.strip()]
-    items = [item for item in items if subset is None or item.get("subset") == subset][start::every]
+    items = [item for item in manifest(eval_dir, required=True) if subset is None or item.get("subset") == subset][start::every]
     lead, tail = np.zeros(int(LEAD_SECONDS * SAMPLE_RATE), np.float32), np.zeros(int(TAIL_SECONDS * SAMPLE_RATE), np.float32)
     return [dict(id=item["id"], subset=item.get("subset", ""), reference=item["reference"],
                  audio=np.concatenate([lead, load_audio(eval_dir / item["audio"]), tail])) for item in items]

@@ -41,7 +41,7 @@ from ..events import DecodeOptions
 from ..examples import CLIPS, clip_path, reference_transcripts
 from ..models import DEFAULT_MODEL, load_model
 from ..text import word_edits, word_error_rate, words as normalized_words
-from .data import add_eval_dir_argument
+from .data import add_eval_dir_argument, manifest
 from .feeds import DecodeCosts, FeedResult, feed_fast, feed_paced, feed_realtime
 from ..live.session import LiveConfig
 
@@ -70,10 +70,8 @@ def load_recordings(eval_dir: Optional[Path]) -> List[Tuple[str, np.ndarray, str
     """(name, audio, reference) of each recording in the evaluation folder's manifest (if
     there is one), then of each example clip the package ships ("jfk.wav", ...)."""
     clips: List[Tuple[str, np.ndarray, str]] = []
-    if eval_dir is not None and (eval_dir / "manifest.jsonl").exists():
-        for line in (eval_dir / "manifest.jsonl").read_text().splitlines():
-            item = json.loads(line)
-            clips.append((item.get("id", item["audio"]), load_audio(eval_dir / item["audio"]), item["reference"]))
+    for item in manifest(eval_dir):
+        clips.append((item.get("id", item["audio"]), load_audio(eval_dir / item["audio"]), item["reference"]))
     references = reference_transcripts()
     for name in CLIPS:
         clips.append((name, load_audio(clip_path(name)), references[name]))
