@@ -90,8 +90,16 @@ def buffer_view(samples: np.ndarray, start: float, hyp: Optional[Hypothesis], de
     committed = set(decision.committed)
     marks = tuple(WordMark(word.text, peaks[-1], word in committed)
                   for word, peaks in zip(hyp.words, hyp.peaks) if peaks) if hyp is not None else ()
+    # The newest word's last token. Not the decode's last step: given committed words, a
+    # decode that wrote nothing new ends at once, and its one step (end of text, carrying the
+    # given words' text) peaked anywhere (0.4 s into a 3.5 s buffer of "And so my fellow
+    # Americans."). Words whose text the tokens do not spell have no peaks of their own:
+    # then the tokens' (which, with no words given, are this decode's alone).
+    cursor = marks[-1].seconds if marks else None
+    if cursor is None and hyp is not None and hyp.words and not hyp.after_committed:
+        cursor = newest_peak(token_peaks)
     return BufferView(start, start + samples.size / SAMPLE_RATE, envelope(samples), committed_until,
-                      marks, cursor=newest_peak(token_peaks), edge=decision.edge, at_pause=at_pause)
+                      marks, cursor=cursor, edge=decision.edge, at_pause=at_pause)
 
 
 def newest_peak(token_peaks: Sequence[TokenPeak]) -> Optional[float]:

@@ -168,9 +168,11 @@ def strip_caption(buffer: BufferView, policy: str, final: bool) -> str:
         return "The model's attention was not read for this decode."
     sentence = (f"A word is committed once the model has read it before the edge, "
                 f"{buffer.end - buffer.edge:.1f} s before the end of the audio so far")
-    if buffer.at_pause:
-        return sentence + ": you paused, so the model heard the whole phrase."
-    return sentence + ": past it the speech is not fully heard yet."
+    sentence += (": you paused, so the model heard the whole phrase." if buffer.at_pause
+                 else ": past it the speech is not fully heard yet.")
+    if buffer.cursor is None:
+        sentence += " This decode wrote no new word, so there is no cursor."
+    return sentence
 
 
 def legend_html(buffer: BufferView, policy: str) -> str:
