@@ -43,6 +43,16 @@ def test_the_eval_folder_comes_from_the_environment_when_set(tmp_path):
     assert printed == str(tmp_path)
 
 
+@pytest.mark.process
+def test_a_benchmark_measures_with_openmp_threads_waiting_passively():
+    # set by the package before any benchmark module loads torch, however it is run
+    code = "import os, whisper_demo.bench.draft; print(os.environ.get('OMP_WAIT_POLICY'))"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    printed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                             check=True, cwd=PACKAGE.parent).stdout.strip()
+    assert printed == "PASSIVE"
+
+
 def test_the_product_never_imports_the_benchmarks():
     importers = []
     for path in PACKAGE.rglob("*.py"):

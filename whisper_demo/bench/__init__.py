@@ -8,6 +8,12 @@ Each runnable module below has a main(argv); data.py names what they read (the e
 from here: a benchmark may import anything of the app, not the other way round.
 """
 
+import os
+
+# Here, before any benchmark module loads torch, whichever way it is run: as app.py does,
+# OpenMP's threads wait passively, else the numbers would measure idle threads spinning.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # name: what it measures (one line each, as `python -m whisper_demo.bench` prints them)
 BENCHMARKS = {
     "decode_speed": "ms per token of every cache strategy, int8, openai-whisper and CTranslate2; targets",

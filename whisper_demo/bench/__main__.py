@@ -1,15 +1,9 @@
 """python -m whisper_demo.bench NAME [args]: run one benchmark; with no NAME, list them."""
 
-import os
+import importlib
+import sys
 
-# Before torch loads, as app.py does: with OpenMP's default active wait the numbers would
-# measure the spinning of idle threads on a shared machine.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import importlib  # noqa: E402
-import sys  # noqa: E402
-
-from . import BENCHMARKS  # noqa: E402
+from . import BENCHMARKS
 
 
 def usage() -> str:

@@ -18,10 +18,6 @@ bfloat16 encoder where the CPU has it) and "fast-float32-encoder" (the int8 deco
 float32 encoder, the fast mode without its encoder change: isolates what the encoder does).
 """
 
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as app.py: no spinning threads on a shared machine
-
 import argparse
 import contextlib
 import json

@@ -20,12 +20,6 @@ with a 95 % interval of the difference (accuracy.py). The encoder alone, with mo
 rounds and the live re-decode's split: encoder_speed.py.
 """
 
-import os
-
-# Before torch loads, as app.py does (README, "Threads"): with OpenMP's default active wait
-# the numbers would measure the spinning of idle threads on a shared machine.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 import argparse
 import atexit
 import json

@@ -13,11 +13,6 @@ accepted, decoder forwards run, encoder ms, and the encoder's share of the re-de
 (encoder / (encoder + decoder)); then the totals. The tokens of the two are checked equal.
 """
 
-import os
-
-# Before torch loads, as app.py does: OpenMP's active wait would measure idle spinning.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 import argparse
 import json
 import statistics

@@ -23,8 +23,6 @@ its 95 % interval) and prints the accuracy target beside the speed ones.
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as app.py: no spinning threads on a shared machine
-
 import argparse
 import json
 import statistics

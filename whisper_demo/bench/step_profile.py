@@ -11,10 +11,6 @@ each in a step, the time no operator accounts for (Python and dispatch), and the
 step reads (weights, cross-attention K/V, the self-attention cache so far) against its time.
 """
 
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 import argparse
 import time
 from collections import defaultdict
