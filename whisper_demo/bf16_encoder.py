@@ -98,14 +98,14 @@ class Bf16Encoder:
         self.n_head = encoder.blocks[0].attn.n_head
         for layer in range(self.n_layers):  # one projection for queries, keys and values
             self._fuse_projections(f"blocks.{layer}.attn.")
-        # the linears' weights in oneDNN's own layout too, packed once rather than per call
+        # the linears' weights in oneDNN's own layout instead, packed once rather than per call
         self.packed: Dict[str, Tensor] = {}
         if _fused_linear_supported():
-            for name, weight in self.weights.items():
-                if weight.dim() == 2 and weight.dtype == torch.bfloat16:
-                    packed = _packed(weight)
-                    if packed is not None:
-                        self.packed[name] = packed
+            for name, weight in list(self.weights.items()):
+                packed = _packed(weight) if weight.dim() == 2 and weight.dtype == torch.bfloat16 else None
+                if packed is not None:
+                    self.packed[name] = packed
+                    del self.weights[name]
 
     def _fuse_projections(self, prefix: str) -> None:
         w = self.weights
@@ -135,9 +135,11 @@ class Bf16Encoder:
         return F.layer_norm(x, x.shape[-1:], w[name + ".weight"], w[name + ".bias"]).to(out)
 
     def _linear(self, x: Tensor, name: str, activation: str = "none") -> Tensor:
-        weight, bias = self.weights[name + ".weight"], self.weights.get(name + ".bias")
+        bias = self.weights.get(name + ".bias")
+        if name + ".weight" in self.packed:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed[name + ".weight"], bias, activation, [], "none")
+        weight = self.weights[name + ".weight"]
         if _fused_linear_supported():
-            weight = self.packed.get(name + ".weight", weight)
             return torch.ops.mkldnn._linear_pointwise(x, weight, bias, activation, [], "none")
         y = F.linear(x, weight, bias)
         return F.gelu(y) if activation == "gelu" else y
