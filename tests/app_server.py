@@ -2,7 +2,6 @@
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -14,15 +13,11 @@ from typing import Dict, List, Optional
 
 import pytest
 
+# shared with the live_page benchmark, which drives the page the same way
+from whisper_demo.bench.page_mic import CHROMIUM, chromium_args, free_port  # noqa: F401
+
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -75,16 +70,3 @@ def require_chromium():
         if IN_CI:
             pytest.fail(f"{CHROMIUM} is missing; CI must install chromium", pytrace=False)
         pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)", allow_module_level=True)
-
-
-def chromium_args(fake_microphone: Optional[Path] = None) -> List[str]:
-    """Headless Chromium flags that work on a bare Linux machine or container: no sandbox
-    (it needs privileges a container lacks), no GPU, no background network. With a fake
-    microphone, Chromium plays the wav when the page opens the recording stream; %noloop
-    plays it once, and a missing file would play silence without an error."""
-    args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-    if fake_microphone is not None:
-        assert Path(fake_microphone).is_file()  # a missing file plays silence, without error
-        args += ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-                 f"--use-file-for-fake-audio-capture={fake_microphone}%noloop"]
-    return args

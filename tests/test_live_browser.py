@@ -6,11 +6,10 @@ Skips only on a machine without /usr/bin/chromium outside CI; with CI=true it fa
 """
 
 import re
-import time
 
 import pytest
 
-from app_server import CHROMIUM, IN_CI, chromium_args, require_chromium, running_app
+from app_server import IN_CI, require_chromium, running_app
 from whisper_demo.decode import transcribe
 from whisper_demo.events import DecodeOptions
 from whisper_demo.examples import EXAMPLES_DIR
@@ -21,9 +20,12 @@ SPEECH_SECONDS_OF = {"jfk.wav": 11.0, "speech_25s.wav": 25.7}
 
 require_chromium()
 if IN_CI:
-    from playwright import sync_api
+    from playwright import sync_api  # noqa: F401  (its absence fails in CI)
 else:
-    sync_api = pytest.importorskip("playwright.sync_api")
+    pytest.importorskip("playwright.sync_api")
+
+# the same driving of the page as the live_page benchmark's
+from whisper_demo.bench.page_mic import live_browser, record_session  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -42,61 +44,25 @@ def live_server():
 @pytest.mark.parametrize("name", ["jfk.wav", "speech_25s.wav"])
 def test_live_tab_commits_while_speaking(live_server, tmp_path, tiny_model, clip, transcripts, name):
     fake_mic, speech_seconds = DATA / name, SPEECH_SECONDS_OF[name]
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                    args=chromium_args(fake_mic))
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1100})
-            page.goto(live_server.url)
-            page.wait_for_selector("#audio_in, #live-mic", state="attached", timeout=60_000)
-            page.get_by_role("tab", name="Live").click()
-            page.locator("#live-mic").get_by_role("button", name="Record").click()
-            started = time.monotonic()
+    log_start = len(live_server.lines)
+    # Record until the file has played and something is committed (at most 60 s more).
+    with live_browser(fake_mic) as browser:
+        run = record_session(browser, live_server.url, speech_seconds + 1, wait_for_commit_s=60, copy=True,
+                             on_first_commit=lambda page: page.screenshot(path=str(tmp_path / "live_while_speaking.png")),
+                             screenshots=tmp_path, poll_s=0.25)
+    committed_at, final, stats = run.first_commit_s, run.final, run.stats_text
+    # committed text only grows (every committed text the page drew)
+    texts = [t for _, t in run.versions if t]
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:])), run.versions
+    assert committed_at is not None and committed_at < run.stopped_s, (
+        f"nothing committed before Stop: {run.versions}; page: {final!r} {stats!r}")
+    # No waveform drawn while recording: redrawing it for every chunk took ~30 % of a
+    # core from the decoder on this 2-core machine.
+    assert run.canvases_while_recording == 0
 
-            # Record until the file has played and something is committed (at most 60 s more).
-            committed_at, tentative_seen, samples = None, False, []
-            while time.monotonic() - started < speech_seconds + 1 or (
-                    committed_at is None and time.monotonic() - started < speech_seconds + 60):
-                committed = page.locator("#live-transcript .wk-committed").all_inner_texts()
-                committed = " ".join(committed).strip()
-                if page.locator("#live-transcript .wk-tentative").count():
-                    tentative_seen = True
-                samples.append((round(time.monotonic() - started, 1), committed))
-                if committed and committed_at is None:
-                    committed_at = time.monotonic() - started
-                    page.screenshot(path=str(tmp_path / "live_while_speaking.png"))
-                    # No waveform drawn while recording: redrawing it for every chunk took
-                    # ~30 % of a core from the decoder on this 2-core machine.
-                    assert page.locator("#live-mic canvas").count() == 0
-                time.sleep(0.25)
-            # committed text only grows
-            texts = [t for _, t in samples if t]
-            assert all(b.startswith(a) for a, b in zip(texts, texts[1:])), samples
-            page.screenshot(path=str(tmp_path / "live_after_speech.png"))
-            assert committed_at is not None, (
-                f"nothing committed before Stop: {samples}; page: "
-                f"{page.locator('#live-transcript').inner_text()!r} {page.locator('#live-stats').inner_text()!r}")
-
-            log_start = len(live_server.lines)
-            page.locator("#live-mic").get_by_role("button", name="Stop").click()
-            page.wait_for_selector('#live-transcript-body[data-state="final"]', timeout=180_000)
-            final = page.locator("#live-transcript .wk-committed").inner_text().strip()
-            page.screenshot(path=str(tmp_path / "live_final.png"))
-            page.context.grant_permissions(["clipboard-read", "clipboard-write"],
-                                           origin=live_server.url.rstrip("/"))
-            page.locator("#live-copy").click()
-            copied, asked = "", time.monotonic()
-            while not copied and time.monotonic() - asked < 10:
-                copied = page.evaluate("() => navigator.clipboard.readText()")
-                time.sleep(0.1)
-            stats = page.locator("#live-stats").inner_text()
-            panel = page.locator("#live-cache-panel").inner_text()
-            chart_lines = page.locator("#live-latency-chart polyline.wk-series").count()
-        finally:
-            browser.close()
     stopped = [line for line in live_server.lines[log_start:] if "live session stopped" in line]
     print(f"\nfirst committed text {committed_at:.1f} s after Record (tentative text seen: "
-          f"{tentative_seen}); final: {final!r}\n{stats}\n{stopped[-1] if stopped else ''}")
+          f"{run.tentative_seen}); final: {final!r}\n{stats}\n{stopped[-1] if stopped else ''}")
     # The final committed text must be the file's, give or take ASR slips. The fake
     # microphone goes through Chromium's capture at 48 kHz and back to 16 kHz, and the
     # live decoder hears a few seconds at a time while the whole file gives offline
@@ -120,6 +86,6 @@ def test_live_tab_commits_while_speaking(live_server, tmp_path, tiny_model, clip
     numbered, unnumbered = map(int, re.search(r"(\d+) numbered chunks .* (\d+) unnumbered", stopped[-1]).groups())
     assert numbered >= speech_seconds * 10 * 0.95 and unnumbered == 0, stopped[-1]
     assert "first token" in stats.lower() and "commit" in stats.lower()
-    assert "cache" in panel.lower()
-    assert chart_lines == 1  # one cache mode, one line of per-token latencies
-    assert copied == final  # "Copy text" gives the transcript as shown, nothing else
+    assert "cache" in run.panel_text.lower()
+    assert run.chart_lines == 1  # one cache mode, one line of per-token latencies
+    assert run.copied == final  # "Copy text" gives the transcript as shown, nothing else

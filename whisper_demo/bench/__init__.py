@@ -24,4 +24,5 @@ BENCHMARKS = {
     "live_stream": "a long stream of real speech through one live session, fed three ways",
     "live_sessions": "live against offline, one session per recording (or your own files)",
     "live_eval": "live per session over the eval folder, each policy and feed, against the references",
+    "live_page": "live through the page: Chromium's fake microphone into the Live tab, one session a recording",
 }

@@ -1,0 +1,320 @@
+"""Live through the real page: Chromium's fake microphone plays each recording into the Live tab.
+
+    python -m whisper_demo.bench live_page [--model tiny.en] [--policy agreement|alignatt]
+        [--recordings N | --audio a.wav b.wav ...] [--eval-dir DIR] [--no-examples]
+
+The app (app.py) serves on 127.0.0.1 at a free port; for each recording Chromium starts
+with the recording as its microphone, opens the Live tab, presses Record, lets the file
+play (with the silence a microphone gives: 0.5 s before the speech, 1 s after) and
+presses Stop: one session each, app and browser on the same cores, as a user has it.
+
+Printed per session and over all of them:
+
+- chunk end -> first token (median / p95): the session's own figures, as its stats tile
+  shows them (the server times it; the page shows no raw values, so "all" is the median of
+  the sessions' medians and the largest p95);
+- speech -> commit (median / p95), as the page shows it: from each word's end in the
+  played audio to the moment the page drew it committed. Word ends are those of the
+  offline decode of the same audio (word timestamps); a committed word counts when it
+  matches an offline word (the others have no end to time from). The file plays from
+  the moment the page gets the microphone, which the page notes, and the page notes each
+  change of the committed text: both on the page's clock. Words committed after Stop (the
+  final decode) are left out, as the session's own stats leave them out; the session's
+  own figure (server side: from the audio's arrival to the commit, by the live decode's
+  own word times) is printed beside it;
+- errors of the committed text against the reference, and of the offline decode of the
+  same audio (the Transcribe tab's default decode, seeded), and the words live got
+  otherwise than offline.
+
+The targets are marked met or NOT met. Without --audio the recordings are a spread of the
+eval folder's dev_ordinary subset (by speaker, then evenly through the manifest: not
+chosen by score) and the package's examples jfk.wav and speech_25s.wav; --audio takes your
+files, with a reference read from NAME.txt beside each where there is one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import re
+import tempfile
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..audio import SAMPLE_RATE, load_audio
+from ..examples import clip_path, reference_transcripts
+from ..live.snapshots import percentile
+from ..text import word_edits, words as normalized_words
+from .data import add_eval_dir_argument, manifest
+from .page_mic import PageSession
+
+LEAD_SECONDS, TAIL_SECONDS = 0.5, 1.0  # a microphone's silence around the speech (as live_eval)
+EXAMPLES = ("jfk.wav", "speech_25s.wav")
+DEFAULT_RECORDINGS = 6
+# Through Chromium's fake microphone, app and browser on the same 2 cores
+COMMIT_MEDIAN_TARGET_S, COMMIT_P95_TARGET_S, WER_GAP_TARGET = 1.5, 3.0, 1.0
+
+
+@dataclass
+class Recording:
+    name: str
+    audio: np.ndarray  # 16 kHz mono, with the silence before and after
+    reference: Optional[str]
+
+
+@dataclass
+class Offline:
+    text: str  # the default decode
+    word_ends: List[Tuple[str, float]]  # (word, end s) of a decode with word timestamps
+
+
+@dataclass
+class SessionResult:
+    recording: Recording
+    offline: Offline
+    page: PageSession
+    delays: List[float]  # speech -> commit as the page showed it, per timed word
+    at_stop: List[bool]  # per timed word: first shown after Stop (by the final decode)
+    untimed: int  # committed words with no offline word to time them from
+
+    @property
+    def before_stop(self) -> List[float]:
+        return [d for d, late in zip(self.delays, self.at_stop) if not late]
+
+
+def spread(eval_dir: Path, n: int, subset: str = "dev_ordinary") -> List[dict]:
+    """n manifest items of `subset`: speakers (source packages) taken in turn, and each
+    speaker's picks evenly spaced through its recordings in manifest order."""
+    items = manifest(eval_dir, required=True)
+    groups: Dict[str, List[dict]] = {}
+    for item in items:
+        if item.get("subset") == subset:
+            groups.setdefault(item.get("source_package", ""), []).append(item)
+    counts = dict.fromkeys(groups, 0)
+    for k in range(min(n, sum(map(len, groups.values())))):
+        open_groups = [g for g in groups if counts[g] < len(groups[g])]
+        counts[open_groups[k % len(open_groups)]] += 1
+    picked = [groups[g][round(i * len(groups[g]) / c)] for g, c in counts.items() for i in range(c)]
+    return sorted(picked, key=items.index)
+
+
+def padded(audio: np.ndarray) -> np.ndarray:
+    lead, tail = (np.zeros(int(s * SAMPLE_RATE), np.float32) for s in (LEAD_SECONDS, TAIL_SECONDS))
+    return np.concatenate([lead, audio.astype(np.float32), tail])
+
+
+def default_recordings(eval_dir: Path, n: int, examples: bool) -> List[Recording]:
+    found = [Recording(item["id"], padded(load_audio(eval_dir / item["audio"])), item["reference"])
+             for item in spread(eval_dir, n)]
+    if examples:
+        references = reference_transcripts()
+        found += [Recording(name, padded(load_audio(clip_path(name))), references[name]) for name in EXAMPLES]
+    return found
+
+
+def file_recordings(paths: Sequence[str]) -> List[Recording]:
+    """Your files, each with NAME.txt beside it as its reference where there is one."""
+    found = []
+    for path in map(Path, paths):
+        beside = path.with_suffix(".txt")
+        reference = beside.read_text().strip() if beside.exists() and beside != path else None
+        found.append(Recording(path.name, padded(load_audio(path, max_seconds=None)), reference))
+    return found
+
+
+def write_wav(path: Path, audio: np.ndarray) -> Path:
+    """16-bit PCM, what Chromium's fake microphone plays."""
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(SAMPLE_RATE)
+        out.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
+def offline_decodes(model, recording: Recording) -> Offline:
+    from ..decode import transcribe
+    from ..events import DecodeOptions
+
+    text = transcribe(model, recording.audio, DecodeOptions(seed=0)).text
+    timed = transcribe(model, recording.audio, DecodeOptions(seed=0, word_timestamps=True))
+    return Offline(text, [(w.text, w.end) for segment in timed.segments for w in segment.words])
+
+
+def plain(word: str) -> str:
+    return re.sub(r"[^\w']", "", word.lower())
+
+
+def commit_delays(page: PageSession, word_ends: List[Tuple[str, float]]) -> Tuple[List[float], List[bool], int]:
+    """(speech -> commit per timed word, whether the page showed it only after Stop, words
+    with no offline word to time them from). Each committed word is timed by the first
+    committed text the page showed that held it."""
+    shown_at: List[float] = []
+    for at, text in page.versions:
+        shown_at += [at] * max(0, len(text.split()) - len(shown_at))
+    committed = [plain(w) for w in page.final.split()][:len(shown_at)]
+    matcher = difflib.SequenceMatcher(None, committed, [plain(w) for w, _ in word_ends], autojunk=False)
+    pairs = [(block.a + i, block.b + i) for block in matcher.get_matching_blocks() for i in range(block.size)]
+    opened = page.mic_opened_s or 0.0
+    delays = [round(shown_at[i] - opened - word_ends[j][1], 3) for i, j in pairs]
+    return delays, [shown_at[i] >= page.stopped_s for i, _ in pairs], len(committed) - len(pairs)
+
+
+def tile_figures(details: Sequence[str], label: str) -> Tuple[Optional[float], Optional[float]]:
+    """(median, p95) in seconds from the stats tile whose tooltip starts with `label`."""
+    for text in details:
+        if text.startswith(label):
+            found = re.search(r"Median ([\d.]+) (ms|s), p95 ([\d.]+) (ms|s)", text)
+            if found:
+                a, ua, b, ub = found.groups()
+                return float(a) / (1000 if ua == "ms" else 1), float(b) / (1000 if ub == "ms" else 1)
+    return None, None
+
+
+FIRST_TOKEN_TILE, COMMIT_TILE = "From the end of each audio chunk", "From the end of each word"
+
+
+def fmt(value: Optional[float], unit: str = "s") -> str:
+    if value is None:
+        return "—"
+    return f"{value * 1000:.0f}" if unit == "ms" else f"{value:.2f}"
+
+
+def mark(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def report(results: List[SessionResult], policy: str) -> str:
+    shown = sorted({r.page.policy for r in results if r.page.policy})
+    if shown:
+        policy += f"; the page's choice at Record: {', '.join(shown)}"
+    header = (f"{'session':<28} {'audio':>6} {'1st tok ms':>11} {'commit s, page':>15} {'words':>5} "
+              f"{'stop':>4} {'<stop':>6} {'server':>11} {'errs live/off':>13} {'refw':>4} {'≠off':>4}")
+    lines = [f"policy: {policy}", header, "-" * len(header)]
+    medians, p95s = [], []
+    for r in results:
+        ft = tile_figures(r.page.stats_details, FIRST_TOKEN_TILE)
+        server = tile_figures(r.page.stats_details, COMMIT_TILE)
+        medians += [ft[0]] if ft[0] is not None else []
+        p95s += [ft[1]] if ft[1] is not None else []
+        ref = r.recording.reference
+        errors = f"{word_edits(r.page.final, ref)}/{word_edits(r.offline.text, ref)}" if ref is not None else "—"
+        lines.append(
+            f"{r.recording.name[:28]:<28} {r.recording.audio.size / SAMPLE_RATE:>5.1f}s "
+            f"{fmt(ft[0], 'ms'):>5}/{fmt(ft[1], 'ms'):>5} "
+            f"{fmt(percentile(r.delays, 50)):>6}/{fmt(percentile(r.delays, 95)):>8} {len(r.delays):>5} "
+            f"{sum(r.at_stop):>4} {fmt(percentile(r.before_stop, 50)):>6} "
+            f"{fmt(server[0]):>5}/{fmt(server[1]):>5} {errors:>13} "
+            f"{len(normalized_words(ref)) if ref is not None else '—':>4} {word_edits(r.page.final, r.offline.text):>4}")
+        notes = [f"{r.untimed} committed words not in the offline decode (not timed)"] if r.untimed else []
+        notes += [f"page errors: {r.page.errors}"] if r.page.errors else []
+        if notes:
+            lines.append(f"{'':<28}   " + "; ".join(notes))
+    delays = [d for r in results for d in r.delays]
+    early = [d for r in results for d in r.before_stop]
+    median, p95 = percentile(delays, 50), percentile(delays, 95)
+    lines += [
+        "-" * len(header),
+        "1st tok: chunk end -> first token, the session's own median/p95 (its stats tile); commit s, page: "
+        "speech -> commit as the page drew it, median/p95 over the timed words, of which 'stop' came with "
+        "the final decode after Stop; <stop: the median of the others; server: the session's own "
+        "speech -> commit median/p95 (its stats tile: words committed before Stop, timed from the "
+        "audio's arrival); errs: against the reference; ≠off: words live got otherwise than offline",
+        f"chunk end -> first token (server): the sessions' medians' median {fmt(percentile(medians, 50), 'ms')} ms, "
+        f"their largest p95 {fmt(max(p95s) if p95s else None, 'ms')} ms",
+        f"speech -> commit through the page, {len(delays)} words ({len(delays) - len(early)} at Stop): "
+        f"median {fmt(median)} s (target <= {COMMIT_MEDIAN_TARGET_S} s: "
+        f"{mark(median is not None and median <= COMMIT_MEDIAN_TARGET_S)}), p95 {fmt(p95)} s "
+        f"(target <= {COMMIT_P95_TARGET_S} s: {mark(p95 is not None and p95 <= COMMIT_P95_TARGET_S)}); "
+        f"words committed before Stop only: median {fmt(percentile(early, 50))} s, p95 {fmt(percentile(early, 95))} s",
+        accuracy_line(results)]
+    return "\n".join(lines)
+
+
+def accuracy_line(results: List[SessionResult]) -> str:
+    """Committed WER against the references next to offline's; without a reference for
+    every session, the words live got otherwise than offline, as a share of offline's."""
+    if all(r.recording.reference is not None for r in results):
+        words = sum(len(normalized_words(r.recording.reference)) for r in results)
+        live = sum(word_edits(r.page.final, r.recording.reference) for r in results)
+        offline = sum(word_edits(r.offline.text, r.recording.reference) for r in results)
+        gap = 100 * (live - offline) / max(1, words)
+        return (f"committed errors {live}, offline {offline} of {words} reference words: WER "
+                f"{100 * live / max(1, words):.1f} % vs {100 * offline / max(1, words):.1f} %, gap {gap:+.1f} points "
+                f"(target <= {WER_GAP_TARGET:.0f}: {mark(gap <= WER_GAP_TARGET)})")
+    words = sum(len(normalized_words(r.offline.text)) for r in results)
+    differ = sum(word_edits(r.page.final, r.offline.text) for r in results)
+    gap = 100 * differ / max(1, words)
+    return (f"no reference for every session: live differs from offline in {differ} of {words} words, "
+            f"{gap:.1f} points (target <= {WER_GAP_TARGET:.0f}: {mark(gap <= WER_GAP_TARGET)})")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench live_page", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny.en")
+    parser.add_argument("--policy", choices=["agreement", "alignatt"],
+                        help="the Live tab's 'A word is final when' (default: the page's default)")
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--recordings", type=int, default=DEFAULT_RECORDINGS,
+                        help=f"how many dev_ordinary recordings (default {DEFAULT_RECORDINGS})")
+    chosen.add_argument("--audio", nargs="+", metavar="FILE", help="your recordings instead")
+    parser.add_argument("--no-examples", action="store_true", help="leave out jfk.wav and speech_25s.wav")
+    add_eval_dir_argument(parser)
+    args = parser.parse_args(argv)
+
+    from .page_mic import CHROMIUM
+
+    if not Path(CHROMIUM).exists():
+        parser.error(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    recordings = (file_recordings(args.audio) if args.audio
+                  else default_recordings(Path(args.eval_dir), args.recordings, not args.no_examples))
+    print(f"load average {load()}; {len(recordings)} sessions, {sum(r.audio.size for r in recordings) / SAMPLE_RATE:.0f} s of audio",
+          flush=True)
+    offline = offline_all(args.model, recordings)
+    results = run_sessions(args.model, args.policy, recordings, offline)
+    from ..live.session import LiveConfig
+
+    print(report(results, args.policy or f"{LiveConfig().policy} (the page's default)"))
+    print(f"load average at the end {load()}")
+    return 0
+
+
+def load() -> str:
+    """The machine's load, for reading the figures: they are inflated on a busy machine."""
+    return f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} (1/5/15 min) on {os.cpu_count()} cores"
+
+
+def offline_all(model_name: str, recordings: List[Recording]) -> List[Offline]:
+    """The offline decodes, done before the app starts so they do not take its cores."""
+    import torch
+
+    from ..models import load_model
+
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    model = load_model(model_name, device="cpu", progress=False)
+    return [offline_decodes(model, r) for r in recordings]
+
+
+def run_sessions(model_name: str, policy: Optional[str], recordings: List[Recording],
+                 offline: List[Offline]) -> List[SessionResult]:
+    from .page_mic import live_browser, record_session, serve_app
+
+    results = []
+    with serve_app(model_name) as url, tempfile.TemporaryDirectory(prefix="live_page_") as folder:
+        for recording, off in zip(recordings, offline):
+            wav = write_wav(Path(folder) / f"{len(results)}.wav", recording.audio)
+            with live_browser(wav) as browser:
+                page = record_session(browser, url, recording.audio.size / SAMPLE_RATE + 0.3, policy)
+            results.append(SessionResult(recording, off, page, *commit_delays(page, off.word_ends)))
+            print(f"{recording.name}: {page.final}", flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
