@@ -212,6 +212,8 @@ def report(results: List[SessionResult], policy: str) -> str:
             f"{fmt(server[0]):>5}/{fmt(server[1]):>5} {errors:>13} "
             f"{len(normalized_words(ref)) if ref is not None else '—':>4} {word_edits(r.page.final, r.offline.text):>4}")
         notes = [f"{r.untimed} committed words not in the offline decode (not timed)"] if r.untimed else []
+        lost = re.search(r"audio lost [\d.]+ s", r.page.stats_text)  # arrived slower than real time
+        notes += [lost.group(0)] if lost else []
         notes += [f"page errors: {r.page.errors}"] if r.page.errors else []
         if notes:
             lines.append(f"{'':<28}   " + "; ".join(notes))
