@@ -82,8 +82,28 @@ def test_attention_jumping_back_behind_the_committed_words_stops_the_commit():
 
 def test_words_written_while_the_attention_stays_at_one_instant_are_not_committed():
     # the first word of the run may have been heard there; the ones after it were not
-    check([("Montreal@0.7-1.7:1.3 We're@3.1-3.2:3.1 going@3.2-3.4:3.1 to@3.4-3.5:3.11 go@3.5-3.6:3.1",
-            4.0, None, "Montreal We're")])
+    check([("Montreal@0.7-1.7:1.3 We're@3.1-3.2:3.1 going@3.2-3.4:3.1 to@3.4-3.5:3.11 go@3.5-3.6:3.1 "
+            "now@3.6-3.8:3.7", 5.0, None, "Montreal We're")])
+
+
+def test_a_decode_that_ends_on_words_read_at_one_instant_stops_at_the_first_of_them():
+    # tiny.en, 0.45 s after "m f a is like bottle" ended: "All right." read where "bottle" was
+    check([("like@1.44-1.70:1.48 bottle.@1.70-1.88:1.82 All@1.88-2.02:1.88 right.@2.02-2.08:1.88",
+            3.0, None, "like bottle.")])
+    # at the pause too: given "like buddy.", the pause's decode wrote "Thank you." at buddy's end
+    check([("Thank@1.92-2.12:1.92 you.@2.12-2.14:1.92", 2.6, 2.05, "")])
+
+
+def test_a_pair_read_at_one_instant_inside_a_decode_is_jitter():
+    # "I feel" read at one instant, but the reading goes on after it
+    check([("And@0.7-1.26:1.18 I@1.26-1.34:1.28 feel@1.34-1.44:1.28 like@1.44-1.70:1.6", 3.0, None,
+            "And I feel like")])
+
+
+def test_a_word_aligned_into_the_last_frames_waits_though_read_before_them():
+    # "Thank" was read at "buddy" (1.92 s, before the edge at 2.1 s), but the alignment
+    # puts it up to 2.18 s: it has not been heard with audio after it
+    check([("like@1.52-1.74:1.52 buddy.@1.74-1.92:1.86 Thank@1.92-2.18:1.92", 2.5, None, "like buddy.")])
 
 
 def test_a_small_step_back_is_the_attention_jitter_not_a_jump():

@@ -69,7 +69,7 @@ def live_record(model, options: DecodeOptions, session: dict, policy: str, feed:
     else:
         result = feed_paced(model, options, session["audio"], 0.1, config, costs)
     delays = [round(at - end, 3) for at, (_, _, end) in zip(result.commit_times, result.words)]
-    return dict(id=session["id"], subset=session["subset"], kind=f"{policy}/{feed}", text=result.committed,
+    return dict(id=session["id"], subset=session["subset"], kind=f"{policy}/{feed}" + ("" if options.precision == "exact" else f"/{options.precision}"), text=result.committed,
                 reference=session["reference"], delays=delays, decodes=result.decodes)
 
 
@@ -119,6 +119,8 @@ def main(argv=None) -> int:
     parser.add_argument("--offline-cache", help="offline transcripts by recording id (read and written)")
     parser.add_argument("--no-offline", action="store_true", help="leave the offline decode to another run")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precision", default="exact",
+                        help="the live decodes' precision: exact, or int8 (the fast mode: bfloat16 encoder, int8 decoder)")
     parser.add_argument("--report", nargs="+", metavar="JSONL", help="print the table of saved runs and stop")
     args = parser.parse_args(argv)
     if args.report:
@@ -137,7 +139,8 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     model = load_model(args.model, progress=False)
-    options = DecodeOptions(cache="static", language="en" if model.is_multilingual else None)
+    options = DecodeOptions(cache="static", language="en" if model.is_multilingual else None,
+                            precision=args.precision)
     costs = PACED_COSTS.get(args.model, PACED_COSTS["base"])
     cache_path = Path(args.offline_cache) if args.offline_cache else None
     cached: Dict[str, str] = json.loads(cache_path.read_text()) if cache_path and cache_path.exists() else {}
