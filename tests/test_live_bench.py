@@ -148,3 +148,21 @@ def test_your_own_recordings_are_sessions_with_a_reference_when_one_lies_beside(
     assert [(name, reference) for name, _, reference in sessions] == [
         ("talk.wav", "Please close the door quietly when you leave the room."), ("other.wav", None)]
     assert sessions[0][1].size == clip("short_3s.wav").size
+
+
+def test_the_per_session_report_marks_each_target_met_or_not():
+    from whisper_demo.bench.live_eval import report
+
+    def record(kind, text, delays=(), first=()):
+        return dict(id="s1", subset="dev", kind=kind, text=text, reference="one two three four five",
+                    delays=list(delays), decodes=1, first_token_ms=list(first))
+
+    out = report([record("offline", "one two three four five"),
+                  record("alignatt/fast", "one two three four fife"),
+                  record("alignatt/realtime", "one two three four five", [0.5, 0.9, 2.5], [300, 320, 900])])
+    assert "NOT met alignatt/fast: 1 errors <= offline 0 + 1 WER point" in out
+    assert "met     alignatt/realtime: 0 errors" in out
+    assert "met     alignatt/realtime: speech -> commit median 0.90 s" in out
+    assert "NOT met alignatt/realtime: speech -> commit p95" in out
+    assert "met     alignatt/realtime: chunk end -> first token median 320 ms" in out
+    assert "nothing committed twice" in out

@@ -1,7 +1,8 @@
 """Live per session over the dev set: each recording is one session (start, speak, stop).
 
     python -m whisper_demo.bench live_eval [--model tiny.en] [--eval-dir DIR]
-        [--policies agreement,alignatt] [--feeds fast,paced] [--every N] [--subset dev]
+        [--policies agreement,alignatt] [--feeds fast,paced,realtime] [--every N] [--subset dev]
+        [--precision int8]
         [--set NAME=VALUE] [--save runs.jsonl] [--offline-cache offline.json]
     python -m whisper_demo.bench live_eval --report runs.jsonl [more.jsonl ...]
 
@@ -17,7 +18,11 @@ openai-whisper's temperature fallback, seeded). Printed per policy and feed:
 - phrases committed twice (live_stream.phrases_committed_twice, per session);
 - speech -> commit: from each committed word's end (its own word timestamp) to its
   commit, in stream seconds: the fast feed's is the policy's delay with no compute, the
-  paced feed's charges each decode a fixed cost (the same every run).
+  paced feed's charges each decode a fixed cost (the same every run), the realtime
+  feed's is this machine's (a thread adds a chunk every 0.1 s of wall time);
+- the targets, met or NOT met: errors within one WER point of offline's, nothing
+  committed twice, and for the realtime feed speech -> commit median <= 1.0 s, p95 <=
+  2.0 s and chunk end -> first token median <= 350 ms.
 
 --save writes one JSON line per session and kind; --report prints the table of saved
 lines (runs made in parallel, one per policy, merge so).
@@ -38,7 +43,7 @@ from ..events import DecodeOptions
 from ..text import word_edits, words as normalized_words
 from .data import add_eval_dir_argument, manifest
 from .live_stream import phrases_committed_twice
-from .feeds import DecodeCosts, feed_fast, feed_paced
+from .feeds import DecodeCosts, feed_fast, feed_paced, feed_realtime
 from ..live.session import LiveConfig
 from ..live.snapshots import percentile
 
@@ -66,11 +71,16 @@ def live_record(model, options: DecodeOptions, session: dict, policy: str, feed:
     config = replace(config, policy=policy)
     if feed == "fast":
         result = feed_fast(model, options, session["audio"], 0.1, config)
+    elif feed == "realtime":
+        result = feed_realtime(model, options, session["audio"], 0.1, config)
     else:
         result = feed_paced(model, options, session["audio"], 0.1, config, costs)
+    # every feed's clock starts with the stream: a commit time less a word's end is its delay
     delays = [round(at - end, 3) for at, (_, _, end) in zip(result.commit_times, result.words)]
-    return dict(id=session["id"], subset=session["subset"], kind=f"{policy}/{feed}" + ("" if options.precision == "exact" else f"/{options.precision}"), text=result.committed,
-                reference=session["reference"], delays=delays, decodes=result.decodes)
+    kind = f"{policy}/{feed}" + ("" if options.precision == "exact" else f"/{options.precision}")
+    return dict(id=session["id"], subset=session["subset"], kind=kind, text=result.committed,
+                reference=session["reference"], delays=delays, decodes=result.decodes,
+                first_token_ms=[round(ms, 1) for ms in result.first_token_ms])
 
 
 def first_five_differ(text: str, offline: str) -> bool:
@@ -84,7 +94,7 @@ def report(records: Iterable[dict]) -> str:
     kinds = sorted({r["kind"] for r in records if r["kind"] != "offline"})
     # the sessions every kind ran (runs merged from several processes may stop apart)
     common = set(offline).intersection(*({r["id"] for r in records if r["kind"] == kind} for kind in kinds))
-    lines = []
+    lines, targets = [], []
     for kind in kinds:
         rows = [r for r in records if r["kind"] == kind and r["id"] in common]
         ids = [r["id"] for r in rows]
@@ -97,11 +107,33 @@ def report(records: Iterable[dict]) -> str:
         lines.append(f"{kind:<22} {len(rows):>4} {errors:>5} {100 * errors / max(1, ref_words):>6.1f}% "
                      f"{offline_errors:>5} {100 * offline_errors / max(1, ref_words):>6.1f}% {differ:>6} {twice:>5} "
                      f"{percentile(delays, 50) or 0:>6.2f} {percentile(delays, 95) or 0:>6.2f}")
+        first_token = [ms for r in rows for ms in r.get("first_token_ms", ())]
+        targets += target_lines(kind, len(rows), errors, offline_errors, ref_words, twice, delays, first_token)
     header = (f"{'policy/feed':<22} {'sess':>4} {'errs':>5} {'WER':>7} {'offl':>5} {'offWER':>7} "
               f"{'first5':>6} {'twice':>5} {'med s':>6} {'p95 s':>6}")
     return "\n".join([header, "-" * len(header), *lines,
                       "first5: sessions whose first five committed words differ from offline's; "
-                      "twice: phrases committed twice; med/p95: speech -> commit (word end -> commit, stream s)"])
+                      "twice: phrases committed twice; med/p95: speech -> commit (word end -> commit, stream s)",
+                      "targets (tiny.en):", *targets])
+
+
+def target_lines(kind: str, sessions: int, errors: int, offline_errors: int, ref_words: int, twice: int,
+                 delays: List[float], first_token_ms: List[float]) -> List[str]:
+    """The live targets this kind of run measures, each marked met or NOT met."""
+    def mark(ok: bool) -> str:
+        return "met    " if ok else "NOT met"
+
+    allowed = offline_errors + 0.01 * ref_words
+    out = [f"  {mark(errors <= allowed)} {kind}: {errors} errors <= offline {offline_errors} + 1 WER point "
+           f"({allowed:.1f}) over {sessions} sessions",
+           f"  {mark(twice == 0)} {kind}: nothing committed twice ({twice} phrases)"]
+    if "/realtime" in kind:
+        median, p95 = percentile(delays, 50) or 0.0, percentile(delays, 95) or 0.0
+        first = percentile(first_token_ms, 50) or 0.0
+        out += [f"  {mark(median <= 1.0)} {kind}: speech -> commit median {median:.2f} s <= 1.0 s",
+                f"  {mark(p95 <= 2.0)} {kind}: speech -> commit p95 {p95:.2f} s <= 2.0 s",
+                f"  {mark(first <= 350)} {kind}: chunk end -> first token median {first:.0f} ms <= 350 ms"]
+    return out
 
 
 def main(argv=None) -> int:
