@@ -283,8 +283,10 @@ def main(argv=None) -> int:
     from ..live.session import LiveConfig
 
     print(report(results, args.policy or f"{LiveConfig().policy} (the page's default)"))
+    if len(results) < len(recordings):
+        print(f"{len(recordings) - len(results)} of {len(recordings)} sessions FAILED (see above): left out")
     print(f"load average at the end {load()}")
-    return 0
+    return 0 if len(results) == len(recordings) else 1
 
 
 def load() -> str:
@@ -311,8 +313,12 @@ def run_sessions(model_name: str, policy: Optional[str], recordings: List[Record
     with serve_app(model_name) as url, tempfile.TemporaryDirectory(prefix="live_page_") as folder:
         for recording, off in zip(recordings, offline):
             wav = write_wav(Path(folder) / f"{len(results)}.wav", recording.audio)
-            with live_browser(wav) as browser:
-                page = record_session(browser, url, recording.audio.size / SAMPLE_RATE + 0.3, policy)
+            try:
+                with live_browser(wav) as browser:
+                    page = record_session(browser, url, recording.audio.size / SAMPLE_RATE + 0.3, policy)
+            except RuntimeError as error:  # said, and left out of the figures (which say how many)
+                print(f"{recording.name}: FAILED: {error}", flush=True)
+                continue
             results.append(SessionResult(recording, off, page, *commit_delays(page, off.word_ends)))
             print(f"{recording.name}: {page.final}", flush=True)
     return results

@@ -30,6 +30,7 @@ from typing import Callable, Iterator, List, Optional, Tuple
 CHROMIUM = "/usr/bin/chromium"
 APP = Path(__file__).resolve().parents[2] / "app.py"
 VIEWPORT = {"width": 1400, "height": 1100}
+MIC_OPEN_TIMEOUT_S = 30.0  # from Record to the page holding the microphone (a busy machine takes seconds)
 POLICY_LABELS = {"agreement": "two decodes agree (LocalAgreement)",
                  "alignatt": "the model has heard it (AlignAtt)"}  # ui/live_tab.POLICY_CHOICES
 
@@ -205,8 +206,10 @@ def record_session(browser, url: str, seconds: float, policy: Optional[str] = No
                     on_first_commit(page)
             if heard >= seconds and (seen_commit or heard >= seconds + wait_for_commit_s):
                 break
-            if elapsed > seconds + wait_for_commit_s + 60:  # the microphone never opened
-                break
+            if mic_opened is None and elapsed > MIC_OPEN_TIMEOUT_S:
+                recording = page.locator("#live-mic").get_by_role("button", name="Stop").count()
+                raise RuntimeError(f"the page did not open the microphone within {MIC_OPEN_TIMEOUT_S:.0f} s "
+                                   f"of Record (Stop button shown: {bool(recording)}; page errors: {errors})")
             time.sleep(poll_s)
         if screenshots is not None:
             page.screenshot(path=str(screenshots / "live_after_speech.png"))
