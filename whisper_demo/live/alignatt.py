@@ -29,9 +29,6 @@ Hypothesis.peaks, in stream seconds):
    the furthest peak so far (the committed words' included) is the decoder reading again
    what it already wrote: stop. So is a run of three words read at one instant (within
    40 ms): the words after its first are written while the decoder hears nothing.
-   A decode that ends on two or more words read at one instant ends on a stock phrase
-   ("All right.", "Thank you.") written while reading the last audio it had: the commit
-   stops at the first of them, at a pause too.
 4. A copy: a phrase of 1-5 words equal to the phrase right before it in the decode,
    read at the same audio (its peaks not `copy_advance_seconds` past the
    original's): the decoder writing again what it heard once, a loop: stop.
@@ -83,7 +80,6 @@ class AlignAttPolicy(CommittedWords):
         """Take one decode. `speech_end`: where the speaker stopped, if the voice detector
         saw the speech end inside this buffer (and the pause after it)."""
         words, peaks = self._new_words(hyp)
-        ending = _stuck_ending(peaks)  # before the words placed in the silence are dropped
         if speech_end is not None:
             heard = [i for i, w in enumerate(words) if w.start < speech_end]
             words, peaks = [words[i] for i in heard], [peaks[i] for i in heard]
@@ -91,7 +87,7 @@ class AlignAttPolicy(CommittedWords):
         else:
             lacking = max(0.0, self.start_seconds - (hyp.buffer_end - hyp.buffer_start))
             edge = hyp.buffer_end - max(self.frame_seconds, lacking)
-        stop, why = self._stop(words, peaks, edge, ending, unread_pass=speech_end is not None)
+        stop, why = self._stop(words, peaks, edge, unread_pass=speech_end is not None)
         reason = ("end of speech" if speech_end is not None else "heard before the edge") if stop else ""
         if stop < len(words) and why:
             reason = f"{reason}; stopped at {words[stop].text!r}: {why}".lstrip("; ")
@@ -103,12 +99,11 @@ class AlignAttPolicy(CommittedWords):
         if hyp is None:
             return self._commit(self.previous, (), None, reason="finish")
         words, peaks = self._new_words(hyp)
-        ending = _stuck_ending(peaks)
         if speech_end is not None:
             heard = [i for i, w in enumerate(words) if w.start < speech_end]
             words, peaks = [words[i] for i in heard], [peaks[i] for i in heard]
         keep, why = self._stop(words, peaks, speech_end + self.silence_read_seconds if speech_end is not None
-                               else float("inf"), ending, unread_pass=True, jump_back=False)
+                               else float("inf"), unread_pass=True, jump_back=False)
         decision = self._commit_read(words, peaks, keep, None, "finish" + (f" (stopped: {why})" if why else ""))
         return replace(decision, tentative=())
 
@@ -127,9 +122,8 @@ class AlignAttPolicy(CommittedWords):
         return [w for w, _ in pairs], [p for _, p in pairs]
 
     def _stop(self, words: Sequence[TimedWord], peaks: Sequence[Tuple[float, ...]],
-              edge: float, ending: Optional[int], unread_pass: bool, jump_back: bool = True) -> Tuple[int, str]:
+              edge: float, unread_pass: bool, jump_back: bool = True) -> Tuple[int, str]:
         """(index of the first word not to commit, why); len(words) when all may.
-        ending: where the decode's closing words read at one instant begin (_stuck_ending).
         unread_pass: a word with no attention to read passes (at a pause)."""
         # the attention may not jump back from the committed words either (rule 3)
         furthest = max((p for word_peaks in self.committed_peaks for p in word_peaks), default=float("-inf"))
@@ -138,8 +132,6 @@ class AlignAttPolicy(CommittedWords):
         # committed end, stopped "go, go, go, go, go, go" after four (the next "go" was
         # read within 0.1 s of the committed one's peak)
         copy = _first_copy(words, peaks, self.copy_advance_seconds)
-        if ending is not None and copy is not None and copy > ending:
-            ending = None  # a loop on the word it was heard with: the copy rule stops it
         for i, word_peaks in enumerate(peaks):
             if copy == i:
                 return i, "a copy of the phrase before it, read at the same audio"
@@ -149,8 +141,6 @@ class AlignAttPolicy(CommittedWords):
                 return i, "no attention to read"
             if not unread_pass and words[i].end > edge:  # rule 2 by the word's own timing
                 return i, f"aligned up to {words[i].end:.2f} s, past the edge at {edge:.2f} s"
-            if ending is not None and i == ending:
-                return i, "the decode ends on words read at one instant"
             for peak in word_peaks:
                 if peak >= edge:
                     return i, f"read at {peak:.2f} s, past the edge at {edge:.2f} s"
@@ -169,22 +159,6 @@ def _first_stuck_run(peaks: Sequence[Tuple[float, ...]]) -> Optional[int]:
         if len(run) >= STUCK_WORDS and max(run) - min(run) <= STUCK_SECONDS:
             return i
     return None
-
-
-def _stuck_ending(peaks: Sequence[Tuple[float, ...]]) -> Optional[int]:
-    """Index of the first of the last words, two or more, whose tokens were all read
-    within STUCK_SECONDS of each other; None if the decode does not end so. Whisper ends
-    an utterance it has not heard the end of with a stock phrase written while reading
-    the last audio it had ("bottle. All right.", "buddy. Thank you.", both words read at
-    one instant): the first of them is no more heard than the rest. Inside a decode such
-    a pair is the attention's jitter, and the words after it show the reading went on."""
-    start = len(peaks)
-    while start > 0:
-        run = [p for word_peaks in peaks[start - 1:] for p in word_peaks]
-        if not peaks[start - 1] or max(run) - min(run) > STUCK_SECONDS:
-            break
-        start -= 1
-    return start if len(peaks) - start >= 2 else None
 
 
 def _first_copy(words: Sequence[TimedWord], peaks: Sequence[Tuple[float, ...]],
