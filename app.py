@@ -248,9 +248,10 @@ def _sharing(args, host: str):
 
 
 def _warm_up(timing_warm_up) -> None:
-    from whisper_demo import kernels
+    from whisper_demo import bf16_attention, kernels
 
     kernels.library()  # logs which path decoder steps take, and why
+    bf16_attention.library()  # the fast encoder's attention: built now, not inside a decode
     timing_warm_up()
 
 

@@ -13,9 +13,9 @@ from whisper.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
 
 from whisper_demo import bf16_attention
 from whisper_demo.bf16_encoder import Bf16Encoder
-from whisper_demo.kernels import _cpu_flags
+from whisper_demo.kernels import cpu_flags
 
-HAS_BF16 = "avx512_bf16" in _cpu_flags().split()
+HAS_BF16 = "avx512_bf16" in cpu_flags().split()
 # Relative L2 distance from float32 attention over the same bfloat16 q, k, v: measured
 # 0.17-0.19 % (real speech, tiny.en's four layers; random data), the written-out PyTorch
 # attention 0.3-0.5 %. bfloat16 probabilities round by 0.4 %; a wrong scale, a mis-ordered

@@ -206,5 +206,5 @@ def test_kernels_are_not_built_where_the_cpu_cannot_run_them(monkeypatch):
     assert kernels.library() is None
     assert "x86-64" in kernels.unavailable_reason() and "aarch64" in kernels.describe_path()
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
-    monkeypatch.setattr(kernels, "_cpu_flags", lambda: "flags : fpu sse sse2 avx")
+    monkeypatch.setattr(kernels, "cpu_flags", lambda: "flags : fpu sse sse2 avx")
     assert kernels.unsupported_cpu() == "this CPU lacks avx2 and f16c"

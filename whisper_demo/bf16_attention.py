@@ -15,12 +15,8 @@ attention out in PyTorch (the same computation, rounded slightly differently, sl
 """
 
 import ctypes
-import hashlib
 import logging
 import os
-import shutil
-import subprocess
-import tempfile
 import threading
 from pathlib import Path
 from typing import Optional
@@ -38,46 +34,10 @@ _lock = threading.Lock()
 log = logging.getLogger(__name__)
 
 
-def _compile(compiler: str, folder: Path, library: Path) -> None:
-    with tempfile.TemporaryDirectory(dir=folder) as scratch:
-        built = Path(scratch) / library.name
-        subprocess.run([compiler, "-O3", "-march=native", "-std=c++17", "-fopenmp", "-shared", "-fPIC",
-                        "-o", str(built), str(SOURCE)], check=True, capture_output=True, timeout=300)
-        os.chmod(built, 0o755)
-        os.replace(built, library)  # atomic: a concurrent build never sees half a file
-
-
-def _load(compiler: str) -> ctypes.CDLL:
-    from .models import cache_dir
-
-    flags = kernels._cpu_flags()
-    key = hashlib.sha256(SOURCE.read_bytes() + flags.encode() + compiler.encode()).hexdigest()[:16]
-    folder = cache_dir() / "kernels"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    kernels._tighten(folder)
-    problem = kernels._safe_to_load(folder)
-    if problem:
-        raise kernels.UnsafeCache(f"not loading kernels from {folder}: {problem}")
-    library = folder / f"bf16_attention-{key}.so"
-    if library.exists():
-        problem = kernels._safe_to_load(library)
-        if problem is None:
-            try:
-                return ctypes.CDLL(str(library))
-            except OSError as error:
-                problem = f"it does not load ({error})"
-        log.warning("bf16 attention: cached %s is unusable (%s); building it again", library.name, problem)
-    _compile(compiler, folder, library)
-    return ctypes.CDLL(str(library))
-
-
 def _build() -> ctypes.CDLL:
-    if kernels.unsupported_cpu() or "avx512_bf16" not in kernels._cpu_flags().split():
+    if kernels.unsupported_cpu() or "avx512_bf16" not in kernels.cpu_flags().split():
         raise RuntimeError("this CPU lacks AVX512_BF16")
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if not compiler:
-        raise RuntimeError("no C++ compiler (g++) found")
-    lib = _load(compiler)
+    lib = kernels.load_cached("bf16_attention", [SOURCE])
     c = ctypes
     lib.bf16_attention.argtypes = [c.c_void_p, c.c_long, c.c_void_p, c.c_long, c.c_void_p, c.c_long,
                                    c.c_long, c.c_long, c.c_float, c.c_void_p, c.c_long, c.c_int]
@@ -98,7 +58,7 @@ def library() -> Optional[ctypes.CDLL]:
                 try:
                     _lib = _build()
                 except Exception as error:  # no compiler, a failed build: PyTorch's attention instead
-                    _error = f"{type(error).__name__}: {kernels._first_line(error)}"
+                    _error = f"{type(error).__name__}: {kernels.first_line(error)}"
             log.info("bf16 attention: %s", "compiled kernel" if _lib else f"not available ({_error})")
         return _lib
 

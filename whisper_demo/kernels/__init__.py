@@ -47,7 +47,7 @@ class UnsafeCache(RuntimeError):
     """The kernels' cache folder could be written by someone else: nothing is loaded from it."""
 
 
-def _cpu_flags() -> str:
+def cpu_flags() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("flags"):
@@ -81,21 +81,36 @@ def _tighten(folder: Path) -> None:
         log.warning("kernels: %s was writable by other users; it no longer is", folder)
 
 
-def _compile(compiler: str, folder: Path, library: Path) -> None:
-    with tempfile.TemporaryDirectory(dir=folder) as scratch:
+def _compile(compiler: str, library: Path, sources, std: str) -> None:
+    with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
         built = Path(scratch) / library.name
-        # C++20 for std::atomic wait/notify (team.cpp: a helper sleeps on a futex);
         # -fopenmp links libgomp.so.1, the soname torch loads: step_threads sets its count
-        subprocess.run([compiler, "-O3", "-march=native", "-std=c++20", "-pthread", "-fopenmp",
-                        "-shared", "-fPIC", "-o", str(built), *map(str, SOURCES)],
+        subprocess.run([compiler, "-O3", "-march=native", f"-std={std}", "-pthread", "-fopenmp",
+                        "-shared", "-fPIC", "-o", str(built), *map(str, sources)],
                        check=True, capture_output=True, timeout=300)
         os.chmod(built, 0o755)
         os.replace(built, library)  # atomic: a concurrent build never sees half a file
 
 
-def _load_cached(compiler: str, folder: Path, library: Path) -> ctypes.CDLL:
-    """The cached library, built when missing, and built again when it fails the
-    ownership checks or fails to load (a damaged or foreign file)."""
+def compiler() -> str:
+    """This machine's C++ compiler ($CXX, else g++ or c++); RuntimeError when there is none."""
+    found = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not found:
+        raise RuntimeError("no C++ compiler (g++) found")
+    return found
+
+
+def load_cached(name: str, sources, std: str = "c++17", headers=()) -> ctypes.CDLL:
+    """The library `name` compiled from `sources`, cached under models.cache_dir()/kernels and
+    keyed by the sources, this CPU's flags and the compiler: built when missing, and built
+    again when it fails the ownership checks or fails to load (a damaged or foreign file)."""
+    from ..models import cache_dir
+
+    cxx = compiler()
+    code = b"".join(Path(path).read_bytes() for path in [*sources, *headers])
+    key = hashlib.sha256(code + cpu_flags().encode() + cxx.encode()).hexdigest()[:16]
+    folder = cache_dir() / "kernels"
+    library = folder / f"{name}-{key}.so"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     _tighten(folder)
     problem = _safe_to_load(folder)
@@ -109,7 +124,7 @@ def _load_cached(compiler: str, folder: Path, library: Path) -> ctypes.CDLL:
             except OSError as error:
                 problem = f"it does not load ({error})"
         log.warning("kernels: cached %s is unusable (%s); building it again", library.name, problem)
-    _compile(compiler, folder, library)
+    _compile(cxx, library, sources, std)
     return ctypes.CDLL(str(library))
 
 
@@ -120,25 +135,17 @@ def unsupported_cpu() -> Optional[str]:
     machine = platform.machine().lower()
     if machine not in ("x86_64", "amd64"):
         return f"the kernels are x86-64 code (AVX2, AVX-512) and this CPU is {machine}"
-    flags = set(_cpu_flags().split())
+    flags = set(cpu_flags().split())
     missing = [flag for flag in ("avx2", "f16c") if flags and flag not in flags]
     return f"this CPU lacks {' and '.join(missing)}" if missing else None
 
 
 def _build() -> ctypes.CDLL:
-    from ..models import cache_dir
-
     unsupported = unsupported_cpu()
     if unsupported:
         raise RuntimeError(unsupported)
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if not compiler:
-        raise RuntimeError("no C++ compiler (g++) found")
-    source = b"".join(path.read_bytes() for path in SOURCES + HEADERS)
-    key = hashlib.sha256(source + _cpu_flags().encode() + compiler.encode()).hexdigest()[:16]
-    folder = cache_dir() / "kernels"
-    library = folder / f"matmul-{key}.so"
-    lib = _load_cached(compiler, folder, library)
+    # C++20 for std::atomic wait/notify (team.cpp: a helper sleeps on a futex)
+    lib = load_cached("matmul", SOURCES, "c++20", HEADERS)
     for name, weight in (("matmul_f16", ctypes.c_void_p), ("matmul_i8", ctypes.c_void_p)):
         fn = getattr(lib, name)
         fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, weight, ctypes.c_long,
@@ -168,12 +175,12 @@ def library() -> Optional[ctypes.CDLL]:
                 try:
                     _lib = _build()
                 except Exception as error:  # no compiler, a failed build: PyTorch's matmul instead
-                    _error = f"{type(error).__name__}: {_first_line(error)}"
+                    _error = f"{type(error).__name__}: {first_line(error)}"
             log.info("kernels: %s", _describe())
         return _lib
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
     text = str(error)
     if isinstance(error, subprocess.CalledProcessError) and error.stderr:
         text = error.stderr.decode(errors="replace") if isinstance(error.stderr, bytes) else error.stderr
