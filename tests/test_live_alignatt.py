@@ -231,3 +231,11 @@ def test_a_word_said_six_times_is_committed_six_times_by_the_real_model(tiny_mod
     subprocess.run(["espeak-ng", "-s", "110", "-w", str(path), "go, go, go, go, go, go"], check=True)
     session, _ = alignatt_session(tiny_model, padded(load_audio(path)))
     assert words(session.committed_text) == ["go"] * 6
+
+
+def test_without_its_prefix_a_decode_does_not_commit_the_last_committed_word_again():
+    # after a loop the decode is given no prefix; it aligns the committed "go," a little
+    # later (2.86-3.02 for 2.86-2.94): the same word heard again, not the speaker's next "go"
+    policy = check([("go,@2.86-2.94:2.5", 3.5, None, "go,")])
+    unprefixed = hyp("go,@2.86-3.02:2.14 go,@3.66-3.70:3.30 go.@3.70-3.88:4.3", 4.5, after_committed=False)
+    assert [w.text for w in policy.update(unprefixed).committed] == ["go,"]
