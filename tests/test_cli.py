@@ -101,6 +101,18 @@ def test_defaults_without_flags_are_static_greedy_exact(served):
     assert app.transcribe_tab.defaults.options.precision == "exact"
 
 
+def test_live_decodes_in_the_fast_mode_on_the_cpu_unless_told(served):
+    from whisper_demo.ui.live_tab import LiveTab
+
+    defaults = served()["app"].transcribe_tab.defaults
+    assert defaults.options.precision == "exact" and defaults.live_precision == "int8"
+    tab = LiveTab(store=None, defaults=defaults)
+    assert tab._options(True, "static").precision == "int8"
+    assert tab._options(True, "hooks").precision == "exact"  # openai-whisper's modules as they are
+    exact = served("--live-precision", "exact")["app"].transcribe_tab.defaults
+    assert exact.live_precision == "exact" and LiveTab(None, exact)._options(True, "static").precision == "exact"
+
+
 def _upload(url: str, size: int) -> httpx.Response:
     return httpx.post(url.rstrip("/") + "/gradio_api/upload",
                       files={"files": ("clip.wav", b"\0" * size, "audio/wav")}, timeout=60)

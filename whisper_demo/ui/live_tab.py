@@ -171,8 +171,10 @@ class LiveTab:
         return panel.panel_html(None, self._model(model_name), status=IDLE_TEXT)
 
     def _options(self, cache_on, mode) -> DecodeOptions:
-        """The app's options with this tab's cache choice; live decodes are greedy."""
-        return decode_options(self.defaults.options, cache_on=cache_on, mode=mode, beam_size=1)
+        """The app's options with this tab's cache choice, in the live precision; live
+        decodes are greedy."""
+        return decode_options(self.defaults.options, cache_on=cache_on, mode=mode, beam_size=1,
+                              precision=self.defaults.live_precision)
 
     @staticmethod
     def _key(request) -> str:

@@ -42,6 +42,10 @@ class Defaults:
     device: Optional[str] = None
     max_audio_seconds: Optional[float] = DEFAULT_MAX_SECONDS
     options: DecodeOptions = field(default_factory=DecodeOptions)
+    # The Live tab's precision. app.py makes it the fast mode on the CPU: measured per
+    # session it commits as accurate a text as exact (docs/live.md), and its bfloat16
+    # encoder takes a quarter of a re-decode's encoder time, which a live word waits for.
+    live_precision: str = "exact"
     # How many decodes may run at once (per event; see ui/__init__.py for why 2 on CPU)
     concurrency: int = 2
     max_queue: int = 16
