@@ -547,6 +547,18 @@ def test_a_damaged_cached_kernel_library_is_built_again(kernel_cache, caplog):
     assert "building it again" in caplog.text and "kernels: compiled kernels loaded" in caplog.text
 
 
+def test_a_new_kernel_build_removes_stale_builds_of_the_same_library(kernel_cache):
+    kernels, library, compiled = kernel_cache
+    stale = library.parent / "matmul-0123456789abcdef.so"  # an older source's build
+    other = library.parent / "bf16_attention-0123456789abcdef.so"  # another library's: kept
+    for path in (stale, other):
+        path.write_bytes(b"an old build")
+        path.chmod(0o755)
+    assert kernels.available()
+    assert compiled == [library.name] and library.exists()
+    assert not stale.exists() and other.exists()
+
+
 def test_a_cached_kernel_library_others_could_write_is_not_loaded(kernel_cache, monkeypatch):
     kernels, library, compiled = kernel_cache
     library.write_bytes(b"planted by someone else")

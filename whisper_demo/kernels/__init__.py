@@ -125,7 +125,19 @@ def load_cached(name: str, sources, std: str = "c++17", headers=()) -> ctypes.CD
                 problem = f"it does not load ({error})"
         log.warning("kernels: cached %s is unusable (%s); building it again", library.name, problem)
     _compile(cxx, library, sources, std)
+    _prune_stale(library, name)
     return ctypes.CDLL(str(library))
+
+
+def _prune_stale(library: Path, name: str) -> None:
+    """Delete this user's other builds of `name`: a new build means the sources, the CPU or
+    the compiler changed, and each old build is a few hundred KB no one will load again.
+    (A home folder shared by machines of different CPUs rebuilds on each: rare, and correct.)"""
+    for old in library.parent.glob(f"{name}-*.so"):
+        if old != library and _safe_to_load(old) is None:
+            with contextlib.suppress(OSError):
+                old.unlink()
+                log.info("kernels: removed the stale build %s", old.name)
 
 
 def unsupported_cpu() -> Optional[str]:
