@@ -16,7 +16,6 @@ attention out in PyTorch (the same computation, rounded slightly differently, sl
 
 import ctypes
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import Optional
@@ -52,13 +51,7 @@ def library() -> Optional[ctypes.CDLL]:
     global _lib, _error
     with _lock:
         if _lib is None and _error is None:
-            if os.environ.get("WHISPER_KV_NO_KERNELS"):
-                _error = "disabled by WHISPER_KV_NO_KERNELS"
-            else:
-                try:
-                    _lib = _build()
-                except Exception as error:  # no compiler, a failed build: PyTorch's attention instead
-                    _error = f"{type(error).__name__}: {kernels.first_line(error)}"
+            _lib, _error = kernels.build_or_say_why(_build)  # not built: PyTorch's attention instead
             log.info("bf16 attention: %s", "compiled kernel" if _lib else f"not available ({_error})")
         return _lib
 

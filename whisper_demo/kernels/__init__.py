@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -177,17 +177,22 @@ def _build() -> ctypes.CDLL:
     return lib
 
 
+def build_or_say_why(build) -> Tuple[Optional[ctypes.CDLL], Optional[str]]:
+    """(library, None) from `build`, or (None, why not): WHISPER_KV_NO_KERNELS, no compiler,
+    a failed build. Callers then take PyTorch's path, which computes the same thing slower."""
+    if os.environ.get("WHISPER_KV_NO_KERNELS"):
+        return None, "disabled by WHISPER_KV_NO_KERNELS"
+    try:
+        return build(), None
+    except Exception as error:
+        return None, f"{type(error).__name__}: {first_line(error)}"
+
+
 def library() -> Optional[ctypes.CDLL]:
     global _lib, _error
     with _lock:
         if _lib is None and _error is None:
-            if os.environ.get("WHISPER_KV_NO_KERNELS"):
-                _error = "disabled by WHISPER_KV_NO_KERNELS"
-            else:
-                try:
-                    _lib = _build()
-                except Exception as error:  # no compiler, a failed build: PyTorch's matmul instead
-                    _error = f"{type(error).__name__}: {first_line(error)}"
+            _lib, _error = build_or_say_why(_build)
             log.info("kernels: %s", _describe())
         return _lib
 
