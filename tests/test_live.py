@@ -11,7 +11,7 @@ import pytest
 from whisper_demo.decode import transcribe
 from whisper_demo.events import DecodeOptions, DecodeResult, Segment, TokenEvent
 from whisper_demo.live import (LiveConfig, LiveSession, LiveUpdate, LiveWorker, SessionRegistry,
-                               drain, model_decoder)
+                               drain, model_session)
 from whisper_demo.live import worker as worker_mod
 from whisper_demo.live.decoder import looped
 from whisper_demo.text import word_edits
@@ -38,7 +38,7 @@ class CommitLog:
 
 def stream_file(model, samples, chunk_seconds, *, as_browser=False, config=None):
     """Feed `samples` chunk by chunk, draining the updates after each (no clock in play)."""
-    session = LiveSession(model_decoder(model, DecodeOptions()), config)
+    session = model_session(model, DecodeOptions(), config)
     log = CommitLog()
     n = int(chunk_seconds * SR)
     for start in range(0, len(samples), n):
@@ -128,7 +128,7 @@ def test_loading_the_voice_detector_leaves_torch_on_all_its_threads():
 
 
 def test_silence_and_hiss_are_never_decoded(tiny_model):
-    session = LiveSession(model_decoder(tiny_model, DecodeOptions()))
+    session = model_session(tiny_model, DecodeOptions())
     rng = np.random.default_rng(0)
     chunks = [np.zeros(8000, np.float32)] * 10  # digital silence
     chunks += [(rng.standard_normal(8000) * 0.01).astype(np.float32) for _ in range(10)]  # hiss
@@ -142,7 +142,7 @@ def test_silence_and_hiss_are_never_decoded(tiny_model):
 
 
 def test_a_pause_commits_the_utterance_after_one_decode(tiny_model, clip, offline):
-    session = LiveSession(model_decoder(tiny_model, DecodeOptions()))
+    session = model_session(tiny_model, DecodeOptions())
     log = CommitLog()
     audio = np.concatenate([clip("short_3s.wav"), np.zeros(3 * SR, np.float32)])
     for start in range(0, len(audio), SR // 10):
@@ -176,7 +176,7 @@ def test_memory_stays_bounded_over_five_minutes_of_speech(tiny_model, clip):
     pause = np.zeros(SR // 2, np.float32)
     period = np.concatenate([clip("speech_25s.wav"), pause, clip("jfk.wav"), pause, clip("short_3s.wav"), pause])
     loops = int(np.ceil(300 * SR / len(period)))
-    session = LiveSession(model_decoder(tiny_model, DecodeOptions()), LiveConfig(min_new_seconds=3.0))
+    session = model_session(tiny_model, DecodeOptions(), LiveConfig(min_new_seconds=3.0))
     traced, held = [], []
     tracemalloc.start()
     try:
@@ -204,7 +204,7 @@ def test_a_worker_fed_in_real_time_loses_no_audio(tiny_model, clip, offline):
     scheduling: nothing is lost, committed text only grows, the final text is within one
     word of the offline transcript."""
     audio = clip("jfk.wav")
-    worker = LiveWorker(LiveSession(model_decoder(tiny_model, DecodeOptions())))
+    worker = LiveWorker(model_session(tiny_model, DecodeOptions()))
     log = CommitLog()
     seen = []
     n = SR // 10
@@ -310,9 +310,12 @@ def quiet(seconds):
     return np.zeros(int(seconds * SR), np.float32)
 
 
+# The scripted decoders give no attention: they script the agreement policy's sessions
+# (tests/test_live_alignatt.py has AlignAtt's).
+AGREEMENT = LiveConfig(policy="agreement")
 # A buffer of a few 1 s decodes is cut once it holds two committed sentences.
-CUT_AFTER_TWO_SENTENCES = LiveConfig(min_new_seconds=0.5, cut_after_seconds=1.2, max_buffer_seconds=25.0,
-                                     min_vote_seconds=0.0, right_context_seconds=0.3)
+CUT_AFTER_TWO_SENTENCES = LiveConfig(policy="agreement", min_new_seconds=0.5, cut_after_seconds=1.2,
+                                     max_buffer_seconds=25.0, min_vote_seconds=0.0, right_context_seconds=0.3)
 
 
 def commits_second_by_second(session, seconds):
@@ -380,7 +383,7 @@ def test_a_buffer_whose_decode_loops_on_its_given_words_is_decoded_without_them(
     said = [("Montreal.", 0.1, 0.5), ("Uh.", 0.6, 0.8), ("um,", 1.6, 1.8), ("forced", 2.4, 2.7),
             ("aligner.", 2.7, 3.2)]
     decoder = LoopsWhenGivenWords(said[:2], said[:3], said[:4], said, said)
-    config = LiveConfig(min_new_seconds=1.0, min_vote_seconds=0.0, right_context_seconds=0.0)
+    config = LiveConfig(policy="agreement", min_new_seconds=1.0, min_vote_seconds=0.0, right_context_seconds=0.0)
     session = LiveSession(decoder, config, vad=LoudVoice())
     reasons = []
     for _ in range(6):
@@ -402,7 +405,7 @@ def test_the_decode_that_commits_an_utterance_runs_as_soon_as_the_pause_is_long_
     # at the first chunk past 1.2 + 0.5 s, not at the next 1 s mark (2.2 s).
     words = [("Hello", 0.1, 0.5), ("there.", 0.6, 1.1)]
     script = Script(words, words, words)
-    config = LiveConfig(min_new_seconds=1.0, pause_seconds=0.5, min_vote_seconds=0.0)
+    config = LiveConfig(policy="agreement", min_new_seconds=1.0, pause_seconds=0.5, min_vote_seconds=0.0)
     session = LiveSession(script, config, vad=LoudVoice())
     session.add_samples(loud(1.2))
     assert drain(session.updates()).new_committed == ""  # one hypothesis: nothing agreed yet
@@ -420,7 +423,7 @@ def test_the_decode_that_commits_an_utterance_runs_as_soon_as_the_pause_is_long_
 
 def test_a_looping_decoder_is_not_believed():
     script = Script(*[[("aaaa" * 30, 0.1, 1.0)]] * 3)
-    session = LiveSession(script, LiveConfig(), vad=LoudVoice())
+    session = LiveSession(script, LiveConfig(policy="agreement"), vad=LoudVoice())
     for _ in range(3):
         session.add_samples(loud(0.6))
         update = drain(session.updates())
@@ -451,8 +454,8 @@ class LoopsWhenPrompted(Script):
 def test_a_decode_that_loops_gets_no_vote():
     hello = [("Hello", 0.1, 0.5), ("there.", 0.6, 1.1)]
     decoder = LoopsWhenPrompted(hello, hello)
-    config = LiveConfig(min_new_seconds=1.0, pause_seconds=0.5, long_pause_seconds=1.0, lead_in_seconds=0.3,
-                        min_vote_seconds=0.0)
+    config = LiveConfig(policy="agreement", min_new_seconds=1.0, pause_seconds=0.5, long_pause_seconds=1.0,
+                        lead_in_seconds=0.3, min_vote_seconds=0.0)
     session = LiveSession(decoder, config, vad=LoudVoice())
     updates = []
     for audio in [loud(1.2)] + [quiet(0.1)] * 25 + [loud(1.2)] + [quiet(0.1)] * 6:
@@ -489,7 +492,7 @@ def test_a_decode_judged_by_its_whole_text_not_the_text_so_far():
     decoder = RunOfFillers()
     partial = " ".join(w for w, _, _ in RunOfFillers.WORDS[:13])  # "Montreal," and twelve "uh,"
     assert looped(partial) and not looped(scripted_result(RunOfFillers.WORDS).text)  # the premise
-    config = LiveConfig(min_new_seconds=1.0, min_vote_seconds=0.0, right_context_seconds=0.0)
+    config = LiveConfig(policy="agreement", min_new_seconds=1.0, min_vote_seconds=0.0, right_context_seconds=0.0)
     session = LiveSession(decoder, config, vad=LoudVoice())
     for _ in range(10):  # the words end by 8.1 s
         session.add_samples(loud(1.0))
@@ -506,8 +509,8 @@ def test_a_buffer_that_keeps_looping_on_its_prompt_is_decoded_without_it():
     hello = [("Hello", 0.1, 0.5), ("there.", 0.6, 1.1)]
     here = [("We", 0.4, 0.6), ("are", 0.7, 0.9), ("here.", 1.0, 1.4)]
     decoder = LoopsWhenPrompted(*[hello] * 3, *[here] * 4)
-    config = LiveConfig(min_new_seconds=0.5, pause_seconds=0.5, long_pause_seconds=1.0, lead_in_seconds=0.3,
-                        min_vote_seconds=0.0, loop_reset_after=3)
+    config = LiveConfig(policy="agreement", min_new_seconds=0.5, pause_seconds=0.5, long_pause_seconds=1.0,
+                        lead_in_seconds=0.3, min_vote_seconds=0.0, loop_reset_after=3)
     session = LiveSession(decoder, config, vad=LoudVoice())
     chunks = [loud(1.2)] + [quiet(0.1)] * 25 + [loud(0.5)] * 5 + [quiet(0.1)] * 25 + [loud(0.5)] * 2
     updates = []
@@ -538,8 +541,8 @@ def test_loops_are_counted_in_a_row_per_buffer():
     # already past loop_reset_after (it would then keep its prompt for ever).
     hello = [("Hello", 0.1, 0.5), ("there.", 0.6, 1.1)]
     decoder = LoopsWhenPrompted(*[hello] * 3, then_loops_unprompted=True)
-    config = LiveConfig(min_new_seconds=0.5, pause_seconds=0.5, long_pause_seconds=1.0, lead_in_seconds=0.3,
-                        min_vote_seconds=0.0, loop_reset_after=2)
+    config = LiveConfig(policy="agreement", min_new_seconds=0.5, pause_seconds=0.5, long_pause_seconds=1.0,
+                        lead_in_seconds=0.3, min_vote_seconds=0.0, loop_reset_after=2)
     session = LiveSession(decoder, config, vad=LoudVoice())
     utterance = [loud(0.5)] * 3 + [quiet(0.1)] * 25
     for audio in [loud(1.2)] + [quiet(0.1)] * 25 + utterance:
@@ -557,7 +560,7 @@ def test_loops_are_counted_in_a_row_per_buffer():
 
 def test_add_audio_is_thread_safe_and_the_idle_clock_moves():
     now = [100.0]
-    session = LiveSession(Script(), vad=LoudVoice(), clock=lambda: now[0])
+    session = LiveSession(Script(), AGREEMENT, vad=LoudVoice(), clock=lambda: now[0])
     threads = [threading.Thread(target=lambda: [session.add_audio(48000, np.zeros(4800, np.int16))
                                                 for _ in range(50)]) for _ in range(4)]
     for t in threads:
@@ -574,7 +577,7 @@ def test_add_audio_is_thread_safe_and_the_idle_clock_moves():
 def test_audio_lost_when_received_audio_falls_behind_the_clock():
     """Chunks late but complete: nothing lost; a missing chunk: its length shows as lost."""
     now = [100.0]
-    session = LiveSession(Script(), vad=LoudVoice(), clock=lambda: now[0])
+    session = LiveSession(Script(), AGREEMENT, vad=LoudVoice(), clock=lambda: now[0])
     chunk = np.zeros(SR // 2, dtype=np.float32)
     for t in (0.0, 0.5, 1.2, 1.3, 2.0):  # jittery, bunched: all 5 chunks there
         now[0] = 100.0 + t
@@ -590,7 +593,7 @@ def test_audio_lost_when_received_audio_falls_behind_the_clock():
 
 
 def test_a_stalled_decoder_drops_the_oldest_audio_and_says_so():
-    session = LiveSession(Script(), LiveConfig(max_backlog_seconds=2.0), vad=LoudVoice())
+    session = LiveSession(Script(), LiveConfig(policy="agreement", max_backlog_seconds=2.0), vad=LoudVoice())
     for _ in range(5):
         session.add_samples(quiet(1.0))
     update = drain(session.finish())
@@ -620,7 +623,7 @@ def test_worker_views_are_snapshots_and_errors_are_shown():
         raise RuntimeError("decoder exploded")
         yield  # a generator
 
-    worker = LiveWorker(LiveSession(broken, LiveConfig(min_new_seconds=0.1), vad=LoudVoice()))
+    worker = LiveWorker(LiveSession(broken, LiveConfig(policy="agreement", min_new_seconds=0.1), vad=LoudVoice()))
     before = worker.view()
     worker.feed_samples(loud(0.5))
     assert worker.done.wait(120)  # a hang's bound: the worker runs at a lower priority, late on a busy machine

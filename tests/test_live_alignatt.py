@@ -1,8 +1,8 @@
 """AlignAtt, the live policy that commits a word once the model's attention has passed it,
 as tables: one decode's words with their tokens' attention peaks in, commits out.
 
-A hypothesis is written "word@start-end:peak,peak ...", times in stream seconds; a word
-with no ":" has no attention. Each row of a table is one decode: (hypothesis, buffer end,
+A hypothesis is written "word@start-end:peak,peak%probability ...", times in stream
+seconds; a word with no ":" has no attention, one with no "%" the probability 1. Each row of a table is one decode: (hypothesis, buffer end,
 speech_end or None, what it commits). No model, no audio, no clock.
 """
 
@@ -19,18 +19,20 @@ from whisper_demo.events import DecodeOptions
 from whisper_demo.live import LiveConfig, LiveSession, LiveUpdate, model_decoder
 from whisper_demo.live import decoder as decoder_module
 from whisper_demo.live.alignatt import AlignAttPolicy
+from whisper_demo.live.context import ContextKeeper
 from whisper_demo.live.hypotheses import word_peaks
-from whisper_demo.live.policy import Hypothesis, TimedWord
+from whisper_demo.live.policy import AgreementPolicy, Hypothesis, TimedWord
 from whisper_demo.text import words
 
 
 def hyp(spec: str, end: float, start: float = 0.0, after_committed: bool = True) -> Hypothesis:
     words, peaks = [], []
     for item in spec.split():
+        item, _, probability = item.partition("%")
         item, _, read = item.partition(":")
         text, times = item.rsplit("@", 1)
         a, b = times.split("-")
-        words.append(TimedWord(text, float(a), float(b)))
+        words.append(TimedWord(text, float(a), float(b), float(probability or 1)))
         peaks.append(tuple(float(p) for p in read.split(",")) if read else ())
     return Hypothesis(tuple(words), (), start, end, after_committed, tuple(peaks))
 
@@ -147,6 +149,33 @@ def test_a_short_buffer_needs_more_audio_after_a_word():
     ], policy)
 
 
+def test_a_word_the_model_doubts_waits_for_speech_after_it():
+    policy = AlignAttPolicy(frame_seconds=0.4, min_probability=0.1, doubt_seconds=1.0)
+    check([
+        # "All" (probability 0.01) was written after "bottle." with 0.5 s of audio after it:
+        # it may be the decoder going on where the speaker stopped. It waits, and so does
+        # what follows it.
+        ("like@1.44-1.70:1.48 bottle.@1.70-1.88:1.82 All@1.88-2.02:1.88%0.01", 2.5, None, "like bottle."),
+        # speech went on after it: 1.1 s of audio after its end, and later words were heard
+        ("All@1.88-2.02:1.88%0.01 right@2.1-2.6:2.5 then@2.6-3.3:3.2", 3.5, None, "All right"),
+    ], policy)
+
+
+def test_a_doubted_word_at_a_pause_or_the_end_is_not_committed():
+    # at a pause the decode heard the whole utterance: a doubted last word was the decoder
+    # writing on after the speaker stopped ("buddy. Thank", "bottle. All")
+    policy = AlignAttPolicy(frame_seconds=0.4, min_probability=0.1)
+    check([("like@1.52-1.74:1.52 buddy.@1.74-1.92:1.86 Thank@1.92-1.98:1.92%0.02", 2.6, 2.0, "like buddy.")],
+          policy)
+    policy = AlignAttPolicy(frame_seconds=0.4, min_probability=0.1)
+    decision = policy.finish(hyp("six@0.5-0.9:0.8 six.@0.9-1.1:0.9%0.0", 2.5), speech_end=1.0)
+    assert [w.text for w in decision.committed] == ["six"]
+    # a sure word is committed as before
+    policy = AlignAttPolicy(frame_seconds=0.4, min_probability=0.1)
+    decision = policy.finish(hyp("six@0.5-0.9:0.8 seven.@1.0-1.4:1.3%0.6", 2.5), speech_end=1.5)
+    assert [w.text for w in decision.committed] == ["six", "seven."]
+
+
 def test_without_attention_nothing_commits_before_a_pause_or_the_end():
     policy = check([
         ("ask@0-0.4 not@0.4-0.8", 3.0, None, ""),
@@ -166,6 +195,15 @@ def test_the_end_commits_the_rest_and_the_tentative_words_without_a_decode():
     assert [w.text for w in policy.finish().committed] == ["so"]
 
 
+def test_the_next_decode_is_not_told_that_the_sentence_ended_at_the_last_committed_word():
+    # "Montreal." committed as soon as it was heard: its period is Whisper's guess that the
+    # speaker stopped; given back, it opened a new sentence ("Montreal. All four...")
+    for policy, last in ((AlignAttPolicy(), "Montreal"), (AgreementPolicy(), "Montreal.")):
+        policy.committed = [TimedWord("So", 0.5, 0.7), TimedWord("Montreal.", 0.8, 1.4)]
+        prefix = ContextKeeper(policy, 200, 5).for_decode(0, 0.0).prefix
+        assert prefix.words == ("So", last) and prefix.start == 0.5
+
+
 def test_tokens_are_matched_to_words_by_their_characters():
     # the first step after a given prefix carries the prefix's text (here on a timestamp);
     # punctuation reads no audio of its own
@@ -173,6 +211,17 @@ def test_tokens_are_matched_to_words_by_their_characters():
     assert word_peaks(["to", "mute", "or", "unmute.", "When"], tokens) == [(), (), (), (1.7, 1.9), (2.4,)]
     # text the tokens do not spell gets no peaks (it waits for a pause)
     assert word_peaks(["unmute", "Then"], [(" unm", 1.7), ("ute", 1.9)]) == [(1.7, 1.9), ()]
+
+
+def test_a_session_refuses_an_alignatt_policy_with_a_decoder_that_gives_no_attention():
+    def decoder(audio, prompt, draft=None, prefix=None):
+        return iter(())
+
+    decoder.options = DecodeOptions(attention=False)
+    with pytest.raises(ValueError, match="attention"):
+        LiveSession(decoder, LiveConfig(policy="alignatt"), vad=object())
+    decoder.options = DecodeOptions(attention=True)
+    assert LiveSession(decoder, LiveConfig(policy="alignatt"), vad=object()).policy.reads_loops
 
 
 # ------------------------------------------------------------------ the real model

@@ -53,7 +53,7 @@ def test_the_paced_feed_charges_each_decode_its_cost_and_repeats_itself(tiny_mod
     # more new audio when it ends, so fewer decodes run; the same costs give the same text.
     from whisper_demo.events import DecodeOptions
     from whisper_demo.bench.feeds import DecodeCosts, feed_paced
-    from whisper_demo.live.session import LiveConfig
+    from whisper_demo.live.config import LiveConfig
     from whisper_demo.text import normalize
 
     audio = clip("jfk.wav")

@@ -15,7 +15,7 @@ NON_DEFAULT = dict(cache="off", beam_size=3, precision="int8", language="de", ta
                    clip_timestamps=(1.0, 5.0), hallucination_silence_threshold=2.0,
                    seed=7, skip_digital_silence=True, no_speech_before_decoding=True,
                    reset_prompt_after_silence=True, detect_language_from_window=True,
-                   max_tokens_per_window=50, word_timestamps=True, draft_tokens=(50364, 440),
+                   max_tokens_per_window=50, word_timestamps=True, word_probabilities=True, draft_tokens=(50364, 440),
                    prefix_tokens=(50364, 1002),
                    attention=True, encode_audio_only=True)
 

@@ -241,7 +241,7 @@ def stream_transcribe(
             window_speech_end = add_word_timestamps(
                 window_segments, model, tokenizer, audio_features, segment_size, time_offset,
                 last_speech_end, cross_kv=outcome.cross_kv,
-                probabilities=options.hallucination_silence_threshold is not None)
+                probabilities=options.word_probabilities or options.hallucination_silence_threshold is not None)
         outcome.cross_kv = None  # not held while the next window decodes
         if options.word_timestamps:
             single_timestamp_ending = _ends_single_timestamp(outcome.tokens, tokenizer)

@@ -66,6 +66,9 @@ class DecodeOptions:
     # instead of 30 s with padding. Faster for short audio (a live buffer); not exact.
     encode_audio_only: bool = False
     word_timestamps: bool = False  # Segment.words: when each word was said (timing.py)
+    # With word_timestamps: each Word's probability too (the mean of its tokens', from the
+    # alignment pass, as openai-whisper computes it). A live AlignAtt decode reads it.
+    word_probabilities: bool = False
     # Self-speculative decoding for re-decodes of a growing buffer: the tokens (text and
     # timestamps, no specials: DecodeResult.tokens) a previous decode of the same audio start
     # produced for its first window. That window's greedy decode checks many of them per

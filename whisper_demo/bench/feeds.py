@@ -25,7 +25,8 @@ import numpy as np
 from ..audio import SAMPLE_RATE
 from ..events import TokenEvent
 from ..live.decoder import model_decoder
-from ..live.session import LiveConfig, LiveSession
+from ..live.config import LiveConfig
+from ..live.session import LiveSession, model_session
 from ..live.snapshots import LiveUpdate
 
 
@@ -65,11 +66,11 @@ def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
 
 def live_decoder(model, options, config: LiveConfig):
     """The model as the session's decoder, as the policy reads it."""
-    return model_decoder(model, options, alignatt=config.policy == "alignatt")
+    return model_decoder(model, options, alignatt=config.reads_attention)
 
 
 def feed_fast(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig) -> FeedResult:
-    session = LiveSession(live_decoder(model, options, config), config)
+    session = model_session(model, options, config)
     result = FeedResult("fast", "", [], [], [], 0, 0.0, 0.0, 0.0)
     step = int(chunk_s * SAMPLE_RATE)
     started = time.perf_counter()
@@ -169,7 +170,7 @@ def feed_paced(model, options, audio: np.ndarray, chunk_s: float, config: LiveCo
 
 
 def feed_realtime(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig) -> FeedResult:
-    session = LiveSession(live_decoder(model, options, config), config)
+    session = model_session(model, options, config)
     result = FeedResult("realtime", "", [], [], [], 0, 0.0, 0.0, 0.0)
     step = int(chunk_s * SAMPLE_RATE)
     fed = threading.Event()

@@ -25,7 +25,9 @@ openai-whisper's temperature fallback, seeded). Printed per policy and feed:
   2.0 s and chunk end -> first token median <= 350 ms.
 
 --save writes one JSON line per session and kind; --report prints the table of saved
-lines (runs made in parallel, one per policy, merge so).
+lines (runs made in parallel, one per policy, merge so). A run's --set changes are part of
+its kind ("alignatt/fast frame_seconds=0.3"): runs of several settings saved to one file
+report as one trade-off table, errors against delay.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from ..text import word_edits, words as normalized_words
 from .data import add_eval_dir_argument, manifest
 from .live_stream import phrases_committed_twice
 from .feeds import DecodeCosts, feed_fast, feed_paced, feed_realtime
-from ..live.session import LiveConfig
+from ..live.config import LiveConfig
 from ..live.snapshots import percentile
 
 LEAD_SECONDS, TAIL_SECONDS = 0.5, 1.0
@@ -67,7 +69,9 @@ def offline_text(model, audio: np.ndarray, options: DecodeOptions) -> str:
 
 
 def live_record(model, options: DecodeOptions, session: dict, policy: str, feed: str,
-                config: LiveConfig, costs: DecodeCosts) -> dict:
+                config: LiveConfig, costs: DecodeCosts, settings: str = "") -> dict:
+    """One session through one policy and feed. settings: the --set changes, named in the
+    record's kind, so that runs of several settings merge into one trade-off table."""
     config = replace(config, policy=policy)
     if feed == "fast":
         result = feed_fast(model, options, session["audio"], 0.1, config)
@@ -78,6 +82,7 @@ def live_record(model, options: DecodeOptions, session: dict, policy: str, feed:
     # every feed's clock starts with the stream: a commit time less a word's end is its delay
     delays = [round(at - end, 3) for at, (_, _, end) in zip(result.commit_times, result.words)]
     kind = f"{policy}/{feed}" + ("" if options.precision == "exact" else f"/{options.precision}")
+    kind += f" {settings}" if settings else ""
     return dict(id=session["id"], subset=session["subset"], kind=kind, text=result.committed,
                 reference=session["reference"], delays=delays, decodes=result.decodes,
                 first_token_ms=[round(ms, 1) for ms in result.first_token_ms])
@@ -95,6 +100,7 @@ def report(records: Iterable[dict]) -> str:
     # the sessions every kind ran (runs merged from several processes may stop apart)
     common = set(offline).intersection(*({r["id"] for r in records if r["kind"] == kind} for kind in kinds))
     lines, targets = [], []
+    width = max([22, *map(len, kinds)])
     for kind in kinds:
         rows = [r for r in records if r["kind"] == kind and r["id"] in common]
         ids = [r["id"] for r in rows]
@@ -104,12 +110,12 @@ def report(records: Iterable[dict]) -> str:
         differ = sum(first_five_differ(r["text"], offline[r["id"]]) for r in rows)
         twice = sum(phrases_committed_twice(r["text"], offline[r["id"]], r["reference"]) for r in rows)
         delays = [d for r in rows for d in r["delays"]]
-        lines.append(f"{kind:<22} {len(rows):>4} {errors:>5} {100 * errors / max(1, ref_words):>6.1f}% "
+        lines.append(f"{kind:<{width}} {len(rows):>4} {errors:>5} {100 * errors / max(1, ref_words):>6.1f}% "
                      f"{offline_errors:>5} {100 * offline_errors / max(1, ref_words):>6.1f}% {differ:>6} {twice:>5} "
                      f"{percentile(delays, 50) or 0:>6.2f} {percentile(delays, 95) or 0:>6.2f}")
         first_token = [ms for r in rows for ms in r.get("first_token_ms", ())]
         targets += target_lines(kind, len(rows), errors, offline_errors, ref_words, twice, delays, first_token)
-    header = (f"{'policy/feed':<22} {'sess':>4} {'errs':>5} {'WER':>7} {'offl':>5} {'offWER':>7} "
+    header = (f"{'policy/feed':<{width}} {'sess':>4} {'errs':>5} {'WER':>7} {'offl':>5} {'offWER':>7} "
               f"{'first5':>6} {'twice':>5} {'med s':>6} {'p95 s':>6}")
     return "\n".join([header, "-" * len(header), *lines,
                       "first5: sessions whose first five committed words differ from offline's; "
@@ -188,7 +194,7 @@ def main(argv=None) -> int:
                               reference=session["reference"], delays=[], decodes=0))
         for policy in args.policies.split(","):
             for feed in args.feeds.split(","):
-                found.append(live_record(model, options, session, policy, feed, config, costs))
+                found.append(live_record(model, options, session, policy, feed, config, costs, " ".join(args.set)))
         for record in found:
             print(f"{record['id']:<28} {record['kind']:<18} {record['text']}", flush=True)
         if args.save:

@@ -280,7 +280,7 @@ def main(argv=None) -> int:
           flush=True)
     offline = offline_all(args.model, recordings)
     results = run_sessions(args.model, args.policy, recordings, offline)
-    from ..live.session import LiveConfig
+    from ..live.config import LiveConfig
 
     print(report(results, args.policy or f"{LiveConfig().policy} (the page's default)"))
     if len(results) < len(recordings):

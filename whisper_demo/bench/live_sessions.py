@@ -36,7 +36,7 @@ from ..text import word_edits, words as normalized_words
 from .data import add_eval_dir_argument
 from .live_stream import load_recordings
 from .feeds import DecodeCosts, feed_fast, feed_paced
-from ..live.session import LiveConfig
+from ..live.config import LiveConfig
 
 GAP_SECONDS = 0.4
 RECORDINGS = [  # manifest ids of the dev clips, and the package's example clips

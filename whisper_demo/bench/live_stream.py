@@ -43,7 +43,7 @@ from ..models import DEFAULT_MODEL, load_model
 from ..text import word_edits, word_error_rate, words as normalized_words
 from .data import add_eval_dir_argument, manifest
 from .feeds import DecodeCosts, FeedResult, feed_fast, feed_paced, feed_realtime
-from ..live.session import LiveConfig
+from ..live.config import LiveConfig
 
 
 

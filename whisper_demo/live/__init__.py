@@ -1,8 +1,8 @@
 """Live transcription: audio arriving in chunks, re-decoded as it comes, with the words
 that become final (committed) separated from those that may still change (tentative).
 
-    from whisper_demo.live import LiveSession, model_decoder
-    session = LiveSession(model_decoder(model, DecodeOptions(cache="static")))
+    from whisper_demo.live import LiveConfig, model_session
+    session = model_session(model, DecodeOptions(cache="static"), LiveConfig())
     session.add_audio(48000, chunk)            # any thread
     for item in session.updates(): ...         # TokenEvents, then a LiveUpdate
     for item in session.finish(): ...          # the rest, committed
@@ -26,14 +26,15 @@ from .alignatt import AlignAttPolicy
 from .policy import AgreementPolicy, Decision, Hypothesis, TimedWord
 from .registry import SessionRegistry
 from .decoder import Decoder, model_decoder
-from .session import LiveConfig, LiveSession
+from .config import LiveConfig
+from .session import LiveSession, model_session
 from .snapshots import LiveStats, LiveUpdate
 from .vad import VoiceDetector
 from .worker import LiveView, LiveWorker
 
 __all__ = [
     "AgreementPolicy", "AlignAttPolicy", "Decision", "Hypothesis", "TimedWord", "SessionRegistry", "Decoder",
-    "LiveConfig", "LiveSession", "LiveStats", "LiveUpdate", "model_decoder", "VoiceDetector",
+    "LiveConfig", "LiveSession", "LiveStats", "LiveUpdate", "model_decoder", "model_session", "VoiceDetector",
     "LiveView", "LiveWorker", "drain",
 ]
 

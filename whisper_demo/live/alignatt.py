@@ -41,8 +41,16 @@ Hypothesis.peaks, in stream seconds):
    silence is not committed: words placed after the end of speech, and tokens read more
    than `silence_read_seconds` after it ("We're going to go to the next one." after a
    "Montreal" said alone).
-7. The end of the session commits every new word up to a copy (rule 4) or a token read in
-   the silence after the end of speech (rule 6).
+7. The end of the session commits every new word up to a copy (rule 4), a token read in
+   the silence after the end of speech (rule 6) or a doubted word (rule 8).
+8. A word the model doubts: its probability (the mean of its tokens', from the alignment
+   pass, which reads the transcript without the prompt) below `min_probability`. Words
+   written where the speaker stopped ("bottle. All", "buddy. Thank", "No. So.") or
+   copied on ("Forest. Forest. Forest.") came out at 0.00-0.07 where the words heard
+   came out at 0.2-0.95: the decoder wrote them from the prompt and the text before
+   them, not from the audio. Such a word waits until `doubt_seconds` of audio came after
+   it (the speaker went on: it was part of the speech), and at a pause or the end of the
+   session it is not committed, nor anything after it.
 
 Punctuation carries no audio of its own: its tokens' attention is not read (tiny.en's
 "." after a sentence peaked seconds back). A word with no peaks (a decoder asked for no
@@ -72,6 +80,14 @@ class AlignAttPolicy(CommittedWords):
     # "Go! Go! Go! Go! Go! Go!" said six times fails the text test of a loop; rules 3 and 4
     # tell the two apart by the audio each copy reads
     reads_loops = True
+    # A word committed as soon as it was heard is often the last heard so far: the period
+    # Whisper put after it is a guess that the speaker stopped, and given back as the start
+    # of the transcript it makes the decoder open a new sentence ("Montreal. All four"
+    # for "Montreal forced aligner"): the prefix leaves it out (context.py)
+    reopens_last_word = True
+    min_probability: float = 0.0  # rule 8: a word the model gives less than this is doubted
+    doubt_seconds: float = 1.0  # rule 8: ... and needs this much audio after it
+    doubt_at_end: bool = True
     silence_read_seconds: float = 0.3  # rule 6: a token read this long after the speech ended reads silence
     # the attention peaks of the committed words (the last few): rule 3 starts from them
     committed_peaks: List[Tuple[float, ...]] = field(default_factory=list)
@@ -87,7 +103,9 @@ class AlignAttPolicy(CommittedWords):
         else:
             lacking = max(0.0, self.start_seconds - (hyp.buffer_end - hyp.buffer_start))
             edge = hyp.buffer_end - max(self.frame_seconds, lacking)
-        stop, why = self._stop(words, peaks, edge, unread_pass=speech_end is not None)
+        # rule 8: a doubted word needs speech after it; at a pause it was the utterance's end
+        doubt_edge = hyp.buffer_end - self.doubt_seconds if speech_end is None else float("-inf")
+        stop, why = self._stop(words, peaks, edge, unread_pass=speech_end is not None, doubt_edge=doubt_edge)
         reason = ("end of speech" if speech_end is not None else "heard before the edge") if stop else ""
         if stop < len(words) and why:
             reason = f"{reason}; stopped at {words[stop].text!r}: {why}".lstrip("; ")
@@ -103,7 +121,8 @@ class AlignAttPolicy(CommittedWords):
             heard = [i for i, w in enumerate(words) if w.start < speech_end]
             words, peaks = [words[i] for i in heard], [peaks[i] for i in heard]
         keep, why = self._stop(words, peaks, speech_end + self.silence_read_seconds if speech_end is not None
-                               else float("inf"), unread_pass=True, jump_back=False)
+                               else float("inf"), unread_pass=True, jump_back=False,
+                               doubt_edge=float("-inf") if self.doubt_at_end else float("inf"))
         decision = self._commit_read(words, peaks, keep, None, "finish" + (f" (stopped: {why})" if why else ""))
         return replace(decision, tentative=())
 
@@ -126,9 +145,11 @@ class AlignAttPolicy(CommittedWords):
         return [w for w, _ in pairs], [p for _, p in pairs]
 
     def _stop(self, words: Sequence[TimedWord], peaks: Sequence[Tuple[float, ...]],
-              edge: float, unread_pass: bool, jump_back: bool = True) -> Tuple[int, str]:
+              edge: float, unread_pass: bool, jump_back: bool = True,
+              doubt_edge: float = float("-inf")) -> Tuple[int, str]:
         """(index of the first word not to commit, why); len(words) when all may.
-        unread_pass: a word with no attention to read passes (at a pause)."""
+        unread_pass: a word with no attention to read passes (at a pause). doubt_edge: a
+        word the model doubts must end before it (rule 8)."""
         # the attention may not jump back from the committed words either (rule 3)
         furthest = max((p for word_peaks in self.committed_peaks for p in word_peaks), default=float("-inf"))
         stuck = _first_stuck_run(peaks)
@@ -141,6 +162,8 @@ class AlignAttPolicy(CommittedWords):
                 return i, "a copy of the phrase before it, read at the same audio"
             if stuck is not None and i == stuck + 1:  # the first of them may have been heard there
                 return i, f"{STUCK_WORDS} words or more read at one instant"
+            if words[i].probability < self.min_probability and words[i].end > doubt_edge:
+                return i, f"the model gives it {words[i].probability:.2f} with no speech after it"
             if not word_peaks and not unread_pass:
                 return i, "no attention to read"
             if not unread_pass and words[i].end > edge:  # rule 2 by the word's own timing

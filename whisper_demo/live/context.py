@@ -3,7 +3,8 @@
 Three things come from the session's past decodes: the prompt (the committed text said
 before the buffer, as openai-whisper's transcribe conditions a window on the text before
 it), the prefix (the words committed from the buffer itself, given as the start of the
-transcript: live/decoder.py), and the draft (the previous decode's tokens, when it was
+transcript: live/decoder.py; the last of them without the punctuation after it when the
+policy asks so: policy.reopens_last_word), and the draft (the previous decode's tokens, when it was
 made for the same buffer start and prompt: speculative.py).
 
 A decoder can loop on what it is given. Given words that end in a repeat ("Montreal. Uh.
@@ -86,4 +87,12 @@ class ContextKeeper:
         words = self.policy.committed_after(buffer_start_s)
         if not words:
             return None
-        return Prefix(tuple(w.text for w in words), max(0.0, words[0].start - buffer_start_s))
+        texts = [w.text for w in words]
+        if self.policy.reopens_last_word:
+            texts[-1] = without_closing_punctuation(texts[-1])
+        return Prefix(tuple(texts), max(0.0, words[0].start - buffer_start_s))
+
+
+def without_closing_punctuation(word: str) -> str:
+    """"Montreal." -> "Montreal"; a word of punctuation only ("...") stays."""
+    return word.rstrip(".,?!…;:\"')]") or word

@@ -24,9 +24,9 @@ import numpy as np
 from ..audio import SAMPLE_RATE
 from ..events import DecodeOptions, TokenEvent
 from ..timing import warm_up
-from .decoder import model_decoder
 from .mic_device import BLOCK_SECONDS, MicStream, MicUnavailable
-from .session import LiveConfig, LiveSession
+from .config import LiveConfig
+from .session import LiveSession, model_session
 from .snapshots import LiveUpdate
 from .worker import LiveWorker
 
@@ -117,7 +117,7 @@ def transcribe_microphone(model, options: Optional[DecodeOptions] = None, device
     options = options or DecodeOptions()
     color = out.isatty() if color is None and hasattr(out, "isatty") else bool(color)
     mic = MicStream(device, stream_factory)
-    live = LiveSession(model_decoder(model, options), config)
+    live = model_session(model, options, config)
     warm_up()  # word timing's one-time compile, before the first decode needs it
     view = _TerminalView(out, color)
     out.write(f"Listening ({mic.sample_rate} Hz, cache={options.cache}). Speak; Ctrl-C to stop.\n")
@@ -189,7 +189,7 @@ class DesktopMicSource:
         self.options = options or DecodeOptions()
         self.device = device
         self.stream_factory = stream_factory
-        self.config = config
+        self.config = config or LiveConfig()
         self.worker: Optional[LiveWorker] = None
         self._mic: Optional[MicStream] = None
         self._pump: Optional[threading.Thread] = None
@@ -203,7 +203,7 @@ class DesktopMicSource:
         if self.recording:
             return self.worker
         mic = MicStream(self.device, self.stream_factory)  # MicUnavailable goes to the caller
-        self.worker = LiveWorker(LiveSession(model_decoder(self.model, self.options), self.config))
+        self.worker = LiveWorker(model_session(self.model, self.options, self.config))
         self._mic = mic
         self._running.set()
         mic.start()

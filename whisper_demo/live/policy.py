@@ -75,6 +75,9 @@ class TimedWord:
     text: str  # as Whisper wrote it, punctuation included, no surrounding spaces
     start: float  # stream seconds
     end: float
+    # how sure the model was of it (its tokens' mean probability, where the decode computed
+    # it: DecodeOptions.word_probabilities); 1.0 where it did not. Not part of equality.
+    probability: float = field(default=1.0, compare=False)
 
     @property
     def norm(self) -> str:
@@ -123,6 +126,9 @@ class CommittedWords:
     # A decode whose text repeats itself (decoder.looped) gets no vote, unless the policy
     # tells a loop from a true repeat itself (AlignAtt, by where the attention reads).
     reads_loops = False
+    # The prefix leaves out the punctuation Whisper wrote after the last committed word
+    # (context.py), so the next decode says whether the sentence ended there.
+    reopens_last_word = False
     committed: List[TimedWord] = field(default_factory=list)  # the whole session's
     previous: List[TimedWord] = field(default_factory=list)  # last hypothesis, uncommitted part
 

@@ -1,6 +1,6 @@
 """One live session: the audio buffer, when to re-decode it, and what to show.
 
-    session = LiveSession(model_decoder(model, DecodeOptions()))
+    session = model_session(model, DecodeOptions())  # or LiveSession(decoder, config, vad)
     session.add_audio(48000, int16_chunk)      # any rate and size; thread safe, never waits
     for item in session.updates():             # nothing unless a re-decode is due
         if isinstance(item, TokenEvent): ...   # one per decoder step of the re-decode
@@ -37,53 +37,20 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable, Deque, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ..audio import SAMPLE_RATE, load_audio_chunk
 from ..events import DecodeResult, TokenEvent
-from .alignatt import AlignAttPolicy
+from .config import LiveConfig, check_decoder, make_policy
 from .context import ContextKeeper
-from .decoder import Decoder
+from .decoder import Decoder, model_decoder
 from .attempt import decode_attempt
 from .hypotheses import hypothesis
-from .policy import AgreementPolicy, CommittedWords, Decision, TimedWord
+from .policy import Decision, TimedWord
 from .snapshots import BufferView, LiveStats, LiveUpdate, buffer_view, percentile
 from .vad import VoiceDetector
-
-
-@dataclass(frozen=True)
-class LiveConfig:
-    # Which words are final: "agreement" (two decodes agree, policy.py) or "alignatt"
-    # (the model's attention has passed them, alignatt.py; its decoder must be asked for
-    # attention: model_decoder(..., attention=True)).
-    policy: str = "agreement"
-    frame_seconds: float = 0.4  # alignatt: a token read this close to the buffer's end waits
-    start_seconds: float = 0.0  # alignatt: below this much buffer a word needs more audio after it
-    min_new_seconds: float = 0.5  # new audio that makes a re-decode worth running
-    right_context_seconds: float = 0.6  # see policy.py, rule 3
-    min_vote_seconds: float = 2.0  # see policy.py, rule 3
-    pause_seconds: float = 0.5  # silence after speech that ends an utterance
-    min_speech_seconds: float = 0.2  # voiced audio needed before anything is decoded
-    long_pause_seconds: float = 1.0  # once all is committed, a pause this long is cut
-    lead_in_seconds: float = 0.3  # silence kept before the next speech after such a cut
-    # past this, cut at a committed sentence or segment end. Late, because a cut costs words
-    # (the decodes after it hear less of what came before) and a long buffer costs little
-    # (its committed words are given, not decoded): 20 s made 47 errors where 15 s made 52
-    # over the running speech of sessions_bench (docs/live-notebook.md, seventh session).
-    cut_after_seconds: float = 20.0
-    max_buffer_seconds: float = 25.0  # past this, cut at the last committed word
-    hard_limit_seconds: float = 29.5  # one Whisper window: older audio is dropped (counted)
-    max_backlog_seconds: float = 120.0  # audio waiting for a stalled decoder
-    prompt_chars: int = 200  # committed text given as the prompt (whisper_streaming's 200)
-    # This many looped decodes in a row and the buffer is decoded without a prompt until
-    # it is cut: the prompt is what they loop on. 0: never. (openai-whisper's transcribe
-    # drops the prompt for good after one failed window; live, that cost more than it
-    # saved: the committed text is what gets the next short utterances right.)
-    loop_reset_after: int = 5
-    history: int = 2000  # latency samples kept for the medians
 
 
 class LiveSession:
@@ -95,6 +62,7 @@ class LiveSession:
         self.config = config or LiveConfig()
         self.vad = vad if vad is not None else VoiceDetector()
         self.clock = clock
+        check_decoder(decoder, self.config)
         self.policy = make_policy(self.config)
 
         self._lock = threading.Lock()  # guards the audio that waits and its arrival marks
@@ -399,12 +367,8 @@ def arrival_of(arrivals: Sequence[Tuple[int, float]], stream_seconds: float, def
     return next((wall for end, wall in arrivals if end >= sample), arrivals[-1][1] if arrivals else default)
 
 
-def make_policy(config: LiveConfig) -> CommittedWords:
-    """The policy the config names, with the session's buffer limits."""
-    limits = dict(cut_after_seconds=config.cut_after_seconds, max_buffer_seconds=config.max_buffer_seconds)
-    if config.policy == "alignatt":
-        return AlignAttPolicy(frame_seconds=config.frame_seconds, start_seconds=config.start_seconds, **limits)
-    if config.policy != "agreement":
-        raise ValueError(f"unknown live policy {config.policy!r}: agreement or alignatt")
-    return AgreementPolicy(right_context_seconds=config.right_context_seconds,
-                           min_vote_seconds=config.min_vote_seconds, **limits)
+def model_session(model, options=None, config: Optional[LiveConfig] = None, **session_args) -> LiveSession:
+    """A LiveSession decoding with `model`, its decoder asked for what the config's policy
+    reads (AlignAtt: each step's attention). session_args: vad, clock."""
+    config = config or LiveConfig()
+    return LiveSession(model_decoder(model, options, alignatt=config.reads_attention), config, **session_args)

@@ -80,7 +80,7 @@ class TabSession:
 
     def _decoder(self, options: DecodeOptions):
         # AlignAtt reads each token's attention: its decoder must be asked for it
-        return model_decoder(self.model, options, alignatt=self.policy == "alignatt")
+        return model_decoder(self.model, options, alignatt=LiveConfig(policy=self.policy).reads_attention)
 
     def finish(self, timeout: float = 120.0) -> Optional[LiveUpdate]:
         if self.desktop is not None:
