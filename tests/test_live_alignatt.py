@@ -190,6 +190,15 @@ def test_without_its_prefix_a_decode_commits_only_what_starts_after_the_committe
     assert [w.text for w in policy.update(unprefixed).committed] == ["what"]
 
 
+def test_without_its_prefix_a_decode_that_writes_the_committed_words_again_goes_on_after_them():
+    # the alignment moved the committed "forwarded" from 3.74-3.98 to 4.10-4.10: by time it
+    # would be a second "forwarded"; by the words, it is the committed one written again
+    policy = check([("to@3.2-3.6:3.48 the@3.6-3.74:3.5 forwarded@3.74-3.98:3.8", 4.5, None, "to the forwarded")])
+    unprefixed = hyp("to@3.2-3.6:3.48 the@3.6-4.1:3.9 forwarded@4.1-4.1:3.8 message@4.1-4.8:4.4", 5.5,
+                     start=3.0, after_committed=False)
+    assert [w.text for w in policy.update(unprefixed).committed] == ["message"]
+
+
 def test_the_end_commits_the_rest_and_the_tentative_words_without_a_decode():
     policy = check([("and@0-0.3:0.3 so@0.3-0.6:2.9", 3.0, None, "and")])
     assert [w.text for w in policy.finish().committed] == ["so"]

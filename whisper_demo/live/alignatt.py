@@ -13,8 +13,9 @@ The rules, over the words of one decode (each with its tokens' attention peaks,
 Hypothesis.peaks, in stream seconds):
 
 1. New words: given every committed word of its buffer, everything the decode wrote
-   after them is new. Without them (a decode that looped on them is given none), words
-   that start before the committed end were judged already and are dropped. No rule on
+   after them is new. Without them (a decode that looped on them is given none), a
+   decode that writes them again first is read the same way; otherwise words that start
+   before the committed end were judged already and are dropped. No rule on
    the text: a word the speaker says six times takes six stretches of audio, and the
    attention moves with it.
 2. The edge: walking the tokens in order, the first one whose attention peaks within the
@@ -135,7 +136,13 @@ class AlignAttPolicy(CommittedWords):
     def _new_words(self, hyp: Hypothesis) -> Tuple[List[TimedWord], List[Tuple[float, ...]]]:
         peaks = list(hyp.peaks) if len(hyp.peaks) == len(hyp.words) else [()] * len(hyp.words)
         pairs = list(zip(hyp.words, peaks))
-        if self.committed and not hyp.after_committed:
+        in_buffer = [w.norm for w in self.committed if w.end > hyp.buffer_start]
+        if in_buffer and not hyp.after_committed and [w.norm for w in hyp.words[:len(in_buffer)]] == in_buffer:
+            # not given them (a decode of this buffer looped on them), it wrote them again
+            # first: what follows is new, wherever the alignment now puts it (it moved the
+            # committed "forwarded" 0.12 s on, and the time rule below took it for a new one)
+            pairs = pairs[len(in_buffer):]
+        elif self.committed and not hyp.after_committed:
             end, last = self.committed_end, self.committed[-1]
             # the last committed word heard again: the same word starting inside its time
             # (a real repeat starts after it ends); the slack alone let a "go" aligned 2.86-3.02
