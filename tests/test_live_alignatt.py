@@ -2,8 +2,9 @@
 as tables: one decode's words with their tokens' attention peaks in, commits out.
 
 A hypothesis is written "word@start-end:peak,peak%probability ...", times in stream
-seconds; a word with no ":" has no attention, one with no "%" the probability 1. Each row of a table is one decode: (hypothesis, buffer end,
-speech_end or None, what it commits). No model, no audio, no clock.
+seconds; a word with no ":" has no attention, one with no "%" the probability 1. Each
+row of a table is one decode: (hypothesis, buffer end, speech_end or None, what it
+commits). No model, no audio, no clock.
 """
 
 import shutil

@@ -52,6 +52,23 @@ def test_a_prefix_is_taken_as_said_and_the_decode_goes_on_from_it(tiny_model, cl
     assert words[3].end < 3.0 < words[-1].end  # the prefix's words lie at the start
 
 
+def test_a_given_prefix_gets_no_word_probabilities_and_the_words_after_it_the_same_as_without(tiny_model, clip):
+    import math
+
+    audio = clip("jfk.wav")
+    _, plain = run(tiny_model, audio, word_timestamps=True, word_probabilities=True)
+    k = 6  # a timestamp and the first words' tokens
+    _, given = run(tiny_model, audio, word_timestamps=True, word_probabilities=True,
+                   prefix_tokens=tuple(plain.tokens[:k]))
+    ours, theirs = ([w.probability for s in r.segments for w in s.words] for r in (given, plain))
+    assert len(ours) == len(theirs) > 10
+    assert all(math.isnan(p) for p in ours[:3])  # the given words were not chosen
+    # after them, the same alignment pass, the same probabilities (the given tokens are in
+    # its input either way); a word whose tokens straddle the prefix's end is not scored
+    assert ours[5:] == pytest.approx(theirs[5:], abs=1e-4)
+    assert 0 < min(theirs) and max(theirs) <= 1
+
+
 def test_split_after_finds_the_tokens_that_say_a_text(tok):
     ts = tok.timestamp_begin
     said = tok.encode(" Hello there.")

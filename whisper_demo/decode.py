@@ -241,7 +241,10 @@ def stream_transcribe(
             window_speech_end = add_word_timestamps(
                 window_segments, model, tokenizer, audio_features, segment_size, time_offset,
                 last_speech_end, cross_kv=outcome.cross_kv,
-                probabilities=options.word_probabilities or options.hallucination_silence_threshold is not None)
+                probabilities=options.word_probabilities or options.hallucination_silence_threshold is not None,
+                # a given prefix was not chosen: its words need no probability (and a
+                # live prefix grows to ~60 tokens, a vocabulary projection each)
+                probabilities_from=_given_text_tokens(options, tokenizer) if previous_seek == 0 else 0)
         outcome.cross_kv = None  # not held while the next window decodes
         if options.word_timestamps:
             single_timestamp_ending = _ends_single_timestamp(outcome.tokens, tokenizer)
@@ -401,3 +404,11 @@ def _stable(text: str) -> str:
 
 def _rms(samples: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) if samples.size else 0.0
+
+
+def _given_text_tokens(options: DecodeOptions, tokenizer) -> int:
+    """How many text tokens open the first window's transcript as given (prefix_tokens):
+    their words need no probability. All of them need it for the hallucination check."""
+    if options.hallucination_silence_threshold is not None:
+        return 0
+    return sum(1 for t in options.prefix_tokens or () if t < tokenizer.eot)

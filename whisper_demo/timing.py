@@ -67,13 +67,14 @@ class Word:
 
 def align_words(model, tokenizer: Tokenizer, audio_features: torch.Tensor,
                 text_tokens: Sequence[int], num_frames: int, cross_kv=None,
-                probabilities: bool = False) -> List[WordTiming]:
+                probabilities: bool = False, probabilities_from: int = 0) -> List[WordTiming]:
     """openai-whisper's `find_alignment`, over audio features already computed. Times are
     in seconds from the start of the window; num_frames is the window's mel frames of
     real audio (the padding after it is not searched). cross_kv: the exact runner's
     cross_keys_values of these features, if the decode already projected them.
     probabilities: also each word's probability (the vocabulary projection at every text
-    position, which the times alone do not need); nan otherwise."""
+    position, which the times alone do not need); nan otherwise, and for the tokens before
+    `probabilities_from` (a given prefix)."""
     if not text_tokens:
         return []
     runner = decoder_runner(model, "exact")
@@ -88,13 +89,15 @@ def align_words(model, tokenizer: Tokenizer, audio_features: torch.Tensor,
                     torch.empty(shape, dtype=runner.dtype, device=device)) for _ in runner.blocks]
         cross_qk: List[torch.Tensor] = []
         first = len(tokenizer.sot_sequence)  # the no-timestamps token predicts the first word
-        positions = list(range(first, first + len(text_tokens))) if probabilities else []
+        skip = min(probabilities_from, len(text_tokens))
+        positions = list(range(first + skip, first + len(text_tokens))) if probabilities else []
         logits = runner.forward(torch.tensor([tokens], device=device), 0, scratch, cross_kv,
                                 logit_positions=positions, cross_qk=cross_qk)
         token_probs = [float("nan")] * len(text_tokens)
-        if probabilities:
+        if positions:
             probs = logits[0, :, : tokenizer.eot].float().softmax(dim=-1)
-            token_probs = probs[torch.arange(len(text_tokens)), torch.tensor(list(text_tokens))].tolist()
+            chosen = torch.tensor(list(text_tokens[skip:]))
+            token_probs[skip:] = probs[torch.arange(len(chosen)), chosen].tolist()
         layers, heads = model.alignment_heads.indices()
         weights = torch.stack([cross_qk[layer][0, head] for layer, head in zip(layers.tolist(), heads.tolist())])
         weights = weights[:, :, : num_frames // 2].softmax(dim=-1)
@@ -117,14 +120,14 @@ def align_words(model, tokenizer: Tokenizer, audio_features: torch.Tensor,
 
 def add_word_timestamps(segments, model, tokenizer: Tokenizer, audio_features: torch.Tensor,
                         num_frames: int, time_offset: float, last_speech_end: float,
-                        cross_kv=None, probabilities: bool = False) -> float:
+                        cross_kv=None, probabilities: bool = False, probabilities_from: int = 0) -> float:
     """Give each of one window's segments its `words` (Word, in stream seconds), following
     openai-whisper's `add_word_timestamps`. Returns the end of the last speech, which the
     next window's call takes as `last_speech_end`. cross_kv, probabilities: see align_words."""
     per_segment = [[t for t in s.tokens if t < tokenizer.eot] for s in segments]
     alignment = align_words(model, tokenizer, audio_features,
                             list(itertools.chain.from_iterable(per_segment)), num_frames, cross_kv,
-                            probabilities)
+                            probabilities, probabilities_from)
     if not alignment:
         return last_speech_end
     durations = np.array([t.end - t.start for t in alignment])
