@@ -293,6 +293,7 @@ def main(argv=None) -> int:
     from whisper_demo.events import DecodeOptions
     from whisper_demo.models import ModelError, load_model
     from whisper_demo.options import decode_options
+    from whisper_demo.precision import live_precision
 
     # The page's starting choices and the terminal mic's options, by the same rule as the page.
     try:
@@ -310,10 +311,8 @@ def main(argv=None) -> int:
         fail(str(exc))
     except (OSError, RuntimeError) as exc:  # unreadable checkpoint, out of memory, no network
         fail(f"could not load model {args.model!r}: {exc}")
-    # int8 (the fast mode) runs on the CPU only: live decodes on a GPU stay exact by default
-    live_precision = args.live_precision or ("int8" if model.device.type == "cpu" else "exact")
     try:
-        live_options = decode_options(options, precision=live_precision)
+        live_options = decode_options(options, precision=args.live_precision or live_precision(model))
     except ValueError as exc:
         fail(f"--live-precision: {exc}")
 

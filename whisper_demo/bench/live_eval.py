@@ -2,7 +2,7 @@
 
     python -m whisper_demo.bench live_eval [--model tiny.en] [--eval-dir DIR]
         [--policies agreement,alignatt] [--feeds fast,paced,realtime] [--every N] [--subset dev]
-        [--precision int8]
+        [--precision exact]
         [--set NAME=VALUE] [--save runs.jsonl] [--offline-cache offline.json]
     python -m whisper_demo.bench live_eval --report runs.jsonl [more.jsonl ...]
 
@@ -48,6 +48,7 @@ from .live_stream import phrases_committed_twice
 from .feeds import DecodeCosts, feed_fast, feed_paced, feed_realtime
 from ..live.config import LiveConfig
 from ..live.snapshots import percentile
+from ..precision import live_precision
 
 LEAD_SECONDS, TAIL_SECONDS = 0.5, 1.0
 PACED_COSTS = {"tiny.en": DecodeCosts(0.163, 0.012), "base": DecodeCosts(0.395, 0.022)}
@@ -157,8 +158,9 @@ def main(argv=None) -> int:
     parser.add_argument("--offline-cache", help="offline transcripts by recording id (read and written)")
     parser.add_argument("--no-offline", action="store_true", help="leave the offline decode to another run")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--precision", default="exact",
-                        help="the live decodes' precision: exact, or int8 (the fast mode: bfloat16 encoder, int8 decoder)")
+    parser.add_argument("--precision", default=None,
+                        help="the live decodes' precision: exact, or int8 (the fast mode: bfloat16 encoder, int8 "
+                             "decoder); default: the Live tab's (int8 on the CPU, exact on a GPU)")
     parser.add_argument("--report", nargs="+", metavar="JSONL", help="print the table of saved runs and stop")
     args = parser.parse_args(argv)
     if args.report:
@@ -178,7 +180,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     model = load_model(args.model, progress=False)
     options = DecodeOptions(cache="static", language="en" if model.is_multilingual else None,
-                            precision=args.precision)
+                            precision=args.precision or live_precision(model))
     costs = PACED_COSTS.get(args.model, PACED_COSTS["base"])
     cache_path = Path(args.offline_cache) if args.offline_cache else None
     cached: Dict[str, str] = json.loads(cache_path.read_text()) if cache_path and cache_path.exists() else {}
