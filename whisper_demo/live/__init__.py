@@ -8,11 +8,12 @@ that become final (committed) separated from those that may still change (tentat
     for item in session.finish(): ...          # the rest, committed
     print(session.committed_text)
 
-policy.py   pure: timestamped hypotheses in, commits and a cut point out (LocalAgreement)
-alignatt.py pure: the other policy, words committed once the attention has passed them
+alignatt.py pure, the default: words committed once the attention has passed them (AlignAtt)
+policy.py   pure: the other policy (LocalAgreement), and the committed words both share
+config.py   LiveConfig, the policy it makes, the check that a decoder gives what it reads
 hypotheses.py a decode's result as the policies read it; attempt.py one call to the decoder
 vad.py      is there speech, where did it end (Silero VAD)
-session.py  one session: audio buffer, when to re-decode, prompt, stats
+session.py  one session: audio buffer, when to re-decode, prompt, stats; model_session()
 snapshots.py what it publishes: LiveStats and LiveUpdate, immutable
 decoder.py  the model as the callable a session decodes with
 worker.py   the thread that drives a session and publishes immutable views
