@@ -46,8 +46,8 @@ log = logging.getLogger(__name__)
 
 REFRESH_S = 0.25  # view refresh while a session is active
 # When a word becomes final (LiveConfig.policy), as the Live tab offers it
-POLICY_CHOICES = [("the model has heard it (AlignAtt)", "alignatt"),
-                  ("two decodes agree (LocalAgreement)", "agreement")]
+POLICY_CHOICES = [("two decodes agree (LocalAgreement)", "agreement"),
+                  ("the model has heard it (AlignAtt)", "alignatt")]
 DEFAULT_POLICY = LiveConfig().policy
 
 
