@@ -88,7 +88,6 @@ class AlignAttPolicy(CommittedWords):
     reopens_last_word = True
     min_probability: float = 0.0  # rule 8: a word the model gives less than this is doubted
     doubt_seconds: float = 1.0  # rule 8: ... and needs this much audio after it
-    doubt_at_end: bool = True
     silence_read_seconds: float = 0.3  # rule 6: a token read this long after the speech ended reads silence
     # the attention peaks of the committed words (the last few): rule 3 starts from them
     committed_peaks: List[Tuple[float, ...]] = field(default_factory=list)
@@ -122,8 +121,7 @@ class AlignAttPolicy(CommittedWords):
             heard = [i for i, w in enumerate(words) if w.start < speech_end]
             words, peaks = [words[i] for i in heard], [peaks[i] for i in heard]
         keep, why = self._stop(words, peaks, speech_end + self.silence_read_seconds if speech_end is not None
-                               else float("inf"), unread_pass=True, jump_back=False,
-                               doubt_edge=float("-inf") if self.doubt_at_end else float("inf"))
+                               else float("inf"), unread_pass=True, jump_back=False, doubt_edge=float("-inf"))
         decision = self._commit_read(words, peaks, keep, None, "finish" + (f" (stopped: {why})" if why else ""))
         return replace(decision, tentative=())
 

@@ -4,6 +4,7 @@ and the check that a decoder gives what that policy reads."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from .alignatt import AlignAttPolicy
 from .decoder import Decoder
 from .policy import AgreementPolicy, CommittedWords
