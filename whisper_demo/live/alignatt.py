@@ -15,9 +15,14 @@ Hypothesis.peaks, in stream seconds):
 1. New words: given every committed word of its buffer, everything the decode wrote
    after them is new. Without them (a decode that looped on them is given none), a
    decode that writes them again first is read the same way; otherwise words that start
-   before the committed end were judged already and are dropped. No rule on
-   the text: a word the speaker says six times takes six stretches of audio, and the
-   attention moves with it.
+   before the committed end were judged already and are dropped. So, given them or not,
+   are words read before the end of speech that a pause decode saw (rule 6): that
+   decode judged the whole utterance, and a word it did not commit there, written
+   again once the speaker goes on, is the decoder reading the end of the last utterance
+   for the start of the next ("Americans. That's it. Ask not", all of "That's it." read
+   at the end of "Americans", where the pause decode had written "Yeah." and doubted
+   it). No rule on the text: a word the speaker says six times takes six stretches of
+   audio, and the attention moves with it.
 2. The edge: walking the tokens in order, the first one whose attention peaks within the
    last `frame_seconds` of the buffer stops the commit; the words wholly before it are
    committed, the rest stays tentative. So does a word whose own timing (the word
@@ -89,6 +94,8 @@ class AlignAttPolicy(CommittedWords):
     min_probability: float = 0.0  # rule 8: a word the model gives less than this is doubted
     doubt_seconds: float = 1.0  # rule 8: ... and needs this much audio after it
     silence_read_seconds: float = 0.3  # rule 6: a token read this long after the speech ended reads silence
+    # rule 1: the end of speech the last pause decode saw; a word read before it was judged
+    judged_until: float = float("-inf")
     # the attention peaks of the committed words (the last few): rule 3 starts from them
     committed_peaks: List[Tuple[float, ...]] = field(default_factory=list)
 
@@ -109,7 +116,10 @@ class AlignAttPolicy(CommittedWords):
         reason = ("end of speech" if speech_end is not None else "heard before the edge") if stop else ""
         if stop < len(words) and why:
             reason = f"{reason}; stopped at {words[stop].text!r}: {why}".lstrip("; ")
-        return replace(self._commit_read(words, peaks, stop, hyp, reason), edge=edge)
+        decision = replace(self._commit_read(words, peaks, stop, hyp, reason), edge=edge)
+        if speech_end is not None:
+            self.judged_until = max(self.judged_until, speech_end)
+        return decision
 
     def finish(self, hyp: Optional[Hypothesis] = None, speech_end: Optional[float] = None) -> Decision:
         """The session ended: commit the last decode's new words (heard before the end of
@@ -147,6 +157,11 @@ class AlignAttPolicy(CommittedWords):
             # in after a committed "go" at 2.86-2.94: seven for six
             pairs = [(w, p) for w, p in pairs if w.start > end - START_SLACK_S
                      and not (w.norm == last.norm and w.start < last.end)]
+        # read before the end of the utterance a pause decode judged (by its attention, or
+        # with none to read by its timing): judged then. Only the words at the decode's
+        # start: a word read there after one heard later is rule 3's to stop
+        while pairs and max(pairs[0][1], default=pairs[0][0].start) < self.judged_until:
+            pairs.pop(0)
         return [w for w, _ in pairs], [p for _, p in pairs]
 
     def _stop(self, words: Sequence[TimedWord], peaks: Sequence[Tuple[float, ...]],
