@@ -144,6 +144,19 @@ class CommittedWords:
         """Committed words said after a time: those of a buffer starting there."""
         return [w for w in self.committed if w.end > stream_seconds + START_SLACK_S]
 
+    def shown_committed(self, last: Optional[int] = None) -> str:
+        """The committed words (the `last` of them) as the page shows them."""
+        first = 0 if last is None else len(self.committed) - last
+        return self._shown(self.committed[first:], self.committed[first - 1] if first > 0 else None)
+
+    def shown_after(self, words: Sequence[TimedWord]) -> str:
+        """Words that follow the committed ones (the tentative), as the page shows them."""
+        return self._shown(words, self.committed[-1] if self.committed else None)
+
+    def _shown(self, words: Sequence[TimedWord], before: Optional[TimedWord]) -> str:
+        # a policy whose decoder sees every committed period shows Whisper's text as it is
+        return " ".join(shown_texts(words, before) if self.reopens_last_word else (w.text for w in words))
+
     def update(self, hyp: Hypothesis, speech_end: Optional[float] = None) -> Decision:
         raise NotImplementedError
 
@@ -349,3 +362,24 @@ def _common_prefix(a: Sequence[TimedWord], b: Sequence[TimedWord]) -> int:
             break
         n += 1
     return n
+
+
+
+def shown_texts(words: Sequence[TimedWord], before: Optional[TimedWord] = None) -> List[str]:
+    """The words as the page shows them: one after a sentence end starts with a capital.
+    AlignAtt's decoder is not given the period after the last committed word (context.py),
+    so it may go on in lower case ("Americans. ask not"); the words keep the text the
+    decoder wrote, which is what the next decode is given."""
+    texts = []
+    for word in words:
+        text = word.text
+        if before is not None and _ends_with_period(before.text) and text[:1].islower():
+            text = text[0].upper() + text[1:]
+        texts.append(text)
+        before = word
+    return texts
+
+
+def _ends_with_period(text: str) -> bool:
+    """"now." "now?" "now!" end a sentence; "so..." trails off, the sentence goes on."""
+    return text.endswith((".", "?", "!")) and not text.endswith("..")

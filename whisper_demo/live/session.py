@@ -137,11 +137,11 @@ class LiveSession:
 
     @property
     def committed_text(self) -> str:
-        return " ".join(w.text for w in self.policy.committed)
+        return self.policy.shown_committed()
 
     @property
     def tentative_text(self) -> str:
-        return " ".join(w.text for w in self._tentative)
+        return self.policy.shown_after(self._tentative)
 
     @property
     def audio_seconds(self) -> float:
@@ -347,7 +347,7 @@ class LiveSession:
         self._tentative = () if final else decision.tentative
         return LiveUpdate(
             committed=self.committed_text, tentative=self.tentative_text,
-            new_committed=" ".join(w.text for w in decision.committed), decoded=decoded,
+            new_committed=self.policy.shown_committed(len(decision.committed)), decoded=decoded,
             first_token_ms=first_token_ms, commit_latencies_s=tuple(latencies),
             stats=self.stats(), result=result, last_event=last_event,
             trimmed_seconds=trimmed, final=final, reason=reason,
