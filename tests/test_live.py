@@ -2,6 +2,7 @@
 that only grows, silence that is never decoded, bounded memory; and the session's own
 bookkeeping (prompt, cuts, clocks) with a scripted decoder, deterministically."""
 
+import re
 import threading
 import time
 
@@ -83,6 +84,9 @@ def test_chunked_jfk_commits_the_offline_transcript(tiny_model, clip, offline, c
     session, log, final = stream_file(tiny_model, clip("jfk.wav"), chunk_seconds, as_browser=as_browser)
     reference = offline("jfk.wav")
     assert word_edits(final.committed, reference) <= 1, (final.committed, reference)
+    # a sentence the page shows starts with a capital, though AlignAtt's decoder, not given
+    # the period before it, may write it in lower case ("Americans. ask not")
+    assert not re.search(r"[.?!] [a-z]", final.committed), final.committed
     assert final.tentative == "" and final.final
     assert any(u.new_committed for u in log.updates[:-1]), "nothing committed before the end"
     stats = session.stats()

@@ -22,7 +22,7 @@ from whisper_demo.live import decoder as decoder_module
 from whisper_demo.live.alignatt import AlignAttPolicy
 from whisper_demo.live.context import ContextKeeper
 from whisper_demo.live.hypotheses import word_peaks
-from whisper_demo.live.policy import AgreementPolicy, Hypothesis, TimedWord
+from whisper_demo.live.policy import AgreementPolicy, Hypothesis, TimedWord, shown_texts
 from whisper_demo.text import words
 
 
@@ -68,6 +68,39 @@ def test_a_pause_commits_the_utterance_and_drops_what_was_heard_in_silence():
         # "Thank you." placed after the end of speech is never committed
         ("ask@0-0.4:0.4 not@0.4-1.9:2.2 Thank@2.2-2.5:2.6 you.@2.5-2.9:2.8", 3.0, 2.0, "ask not"),
     ])
+
+
+def test_words_read_before_a_judged_pause_are_not_the_next_utterances():
+    # jfk.wav as the browser sends it: the pause decode doubted "Yeah." read at the end of
+    # "Americans"; once "ask" began, the decode wrote "That's it." read at the same
+    # instant, before the end of speech that pause decode saw, and then the new words
+    policy = check([
+        ("fellow@1.4-1.74:1.74 Americans.@1.74-2.1:2.06 Yeah.@2.1-2.16:2.1%0.01", 2.8, 2.27, "fellow Americans."),
+        ("That's@2.1-2.86:2.1,2.1%0.27 it.@2.86-2.86:2.1%0.47 ask@3.3-3.7:3.5 not@3.7-4.2:4.0", 5.5, None,
+         "ask not"),
+    ], AlignAttPolicy(frame_seconds=0.4, min_probability=0.1))
+    # a word read after that end of speech is the next utterance's, however early its
+    # timing starts (stretched back into the silence)
+    assert policy.update(hyp("what@4.3-5.0:5.2 your@5.0-5.3:5.6", 6.5), None).committed[0].text == "what"
+    # with no pause decode (one that ran before the pause was long enough, and the next
+    # after "ask" began) nothing was judged, and the words written into the pause pass:
+    # the end of speech a pause decode saw is what drops them
+    unjudged = AlignAttPolicy(frame_seconds=0.4, min_probability=0.1)
+    unjudged.update(hyp("fellow@1.4-1.74:1.74 Americans.@1.74-2.1:2.06", 2.8), None)
+    later = unjudged.update(hyp("That's@2.1-2.86:2.1,2.1%0.27 it.@2.86-2.86:2.1%0.47 ask@3.3-3.7:3.5", 5.5), None)
+    assert [w.text for w in later.committed] == ["That's", "it.", "ask"]
+
+
+def test_a_word_after_a_sentence_end_is_shown_with_a_capital_and_kept_as_written():
+    policy = check([("Americans.@1.7-2.1:2.0 ask@3.3-3.7:3.5 not.@3.7-4.2:4.0 so...@4.5-4.8:4.7 "
+                     "what@4.9-5.2:5.1", 6.0, None, "Americans. ask not. so... what")])
+    # the decoder's own text is what the next decode is given; only the page capitalises
+    assert shown_texts(policy.committed) == ["Americans.", "Ask", "not.", "So...", "what"]
+    assert shown_texts(policy.committed[1:2], before=policy.committed[0]) == ["Ask"]
+    # what a session shows: all of it, the newest words (the update's), the tentative after
+    assert policy.shown_committed() == "Americans. Ask not. So... what"
+    assert policy.shown_committed(4) == "Ask not. So... what" and policy.shown_committed(0) == ""
+    assert policy.shown_after([TimedWord("you", 5.3, 5.5)]) == "you"
 
 
 def test_attention_jumping_back_stops_the_commit():

@@ -54,9 +54,11 @@ def test_the_paced_feed_charges_each_decode_its_cost_and_repeats_itself(tiny_mod
     from whisper_demo.events import DecodeOptions
     from whisper_demo.bench.feeds import DecodeCosts, feed_paced
     from whisper_demo.live.config import LiveConfig
-    from whisper_demo.text import normalize
+    from whisper_demo.decode import transcribe
+    from whisper_demo.text import word_edits
 
     audio = clip("jfk.wav")
+    offline = transcribe(tiny_model, audio, DecodeOptions()).text
     cheap, dear = DecodeCosts(0.05, 0.001), DecodeCosts(1.0, 0.02)
     runs = {costs: feed_paced(tiny_model, DecodeOptions(), audio, 0.1, LiveConfig(), costs)
             for costs in (cheap, dear)}
@@ -65,7 +67,10 @@ def test_the_paced_feed_charges_each_decode_its_cost_and_repeats_itself(tiny_mod
         # a first token comes an encoder pass and a step after the decode starts, which is
         # never before the newest audio it hears arrived
         assert min(result.first_token_ms) >= 1000 * (costs.encoder_s + costs.step_s) - 1e-6
-        assert "ask not what your country can do for you" in normalize(result.committed)
+        # the feed transcribed the clip: within two words of offline (a word at the growing
+        # edge may differ: AlignAtt commits it with 0.4 s of audio after it, "Watch your
+        # country" for "what your country")
+        assert word_edits(result.committed, offline) <= 2, result.committed
     again = feed_paced(tiny_model, DecodeOptions(), audio, 0.1, LiveConfig(), dear)
     assert again.committed == runs[dear].committed and again.commit_times == runs[dear].commit_times
 

@@ -12,13 +12,12 @@ from .policy import AgreementPolicy, CommittedWords
 
 @dataclass(frozen=True)
 class LiveConfig:
-    # Which words are final: "agreement" (two decodes agree, policy.py) or "alignatt" (the
-    # model's attention has passed them, alignatt.py; its decoder must be asked for
-    # attention: model_session, or model_decoder(..., alignatt=True)). AlignAtt commits
-    # within a WER point of offline over the dev sessions at half the delay, but still
-    # writes words into jfk.wav's pause that agreement does not ("Americans. That's it.
-    # Ask not."): agreement stays the default until it does not.
-    policy: str = "agreement"
+    # Which words are final: "alignatt" (the model's attention has passed them,
+    # alignatt.py; its decoder must be asked for attention: model_session, or
+    # model_decoder(..., alignatt=True)) or "agreement" (two decodes agree, policy.py).
+    # AlignAtt commits within a WER point of offline over the dev sessions, one session per
+    # recording, at half agreement's delay (docs/live.md)
+    policy: str = "alignatt"
     frame_seconds: float = 0.4  # alignatt: a token read this close to the buffer's end waits
     # alignatt: below this much buffer a word needs more audio after it (alignatt.py, rule 5)
     start_seconds: float = 2.0

@@ -46,8 +46,8 @@ log = logging.getLogger(__name__)
 
 REFRESH_S = 0.25  # view refresh while a session is active
 # When a word becomes final (LiveConfig.policy), as the Live tab offers it
-POLICY_CHOICES = [("two decodes agree (LocalAgreement)", "agreement"),
-                  ("the model has heard it (AlignAtt)", "alignatt")]
+POLICY_CHOICES = [("the model has heard it (AlignAtt)", "alignatt"),
+                  ("two decodes agree (LocalAgreement)", "agreement")]
 DEFAULT_POLICY = LiveConfig().policy
 
 
@@ -368,9 +368,9 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: Option
     gr.Markdown(
         "Speak, and Whisper re-decodes the audio since the last committed sentence as it "
         "arrives (silence is not decoded: a voice detector listens first). Words in normal "
-        "type are **committed** and will not change: two consecutive decodes agreed on them "
-        "(or, with AlignAtt, the model's attention has moved past them), or you paused and "
-        "one decode heard the whole phrase. "
+        "type are **committed** and will not change: the model's attention has moved past "
+        "them, with audio after them (or, with LocalAgreement, two consecutive decodes agreed "
+        "on them), or you paused and one decode heard the whole phrase. "
         f'<span style="{TENTATIVE_STYLE}">Grey italic words are tentative</span>: '
         "the latest guess, which the next decode may still revise.")
     with gr.Row(equal_height=False):
@@ -388,7 +388,8 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: Option
                             label="Cache mode", elem_id="live_cache_mode")
             policy = gr.Radio(POLICY_CHOICES, value=DEFAULT_POLICY, label="A word is final when",
                               elem_id="live_policy",
-                              info="applies from the next Record; AlignAtt shows where the model is reading")
+                              info="applies from the next Record; AlignAtt shows where the model is reading, "
+                                   "LocalAgreement waits about twice as long")
             with gr.Accordion("This computer's microphone", open=False, elem_id="desktop-mic"):
                 desktop_status = gr.Markdown(_availability_text(defaults), elem_id="desktop-mic-status")
                 with gr.Row():
