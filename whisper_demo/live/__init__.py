@@ -8,9 +8,8 @@ that become final (committed) separated from those that may still change (tentat
     for item in session.finish(): ...          # the rest, committed
     print(session.committed_text)
 
-alignatt.py pure: the default policy, words committed once the attention has passed them
-policy.py   pure: timestamped hypotheses in, commits and a cut point out (LocalAgreement,
-            the other policy), and the committed words both policies share
+alignatt.py pure, the default: words committed once the attention has passed them (AlignAtt)
+policy.py   pure: the other policy (LocalAgreement), and the committed words both share
 config.py   LiveConfig, the policy it makes, the check that a decoder gives what it reads
 hypotheses.py a decode's result as the policies read it; attempt.py one call to the decoder
 vad.py      is there speech, where did it end (Silero VAD)

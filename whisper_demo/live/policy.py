@@ -364,7 +364,6 @@ def _common_prefix(a: Sequence[TimedWord], b: Sequence[TimedWord]) -> int:
     return n
 
 
-
 def shown_texts(words: Sequence[TimedWord], before: Optional[TimedWord] = None) -> List[str]:
     """The words as the page shows them: one after a sentence end starts with a capital.
     AlignAtt's decoder is not given the period after the last committed word (context.py),
@@ -373,13 +372,14 @@ def shown_texts(words: Sequence[TimedWord], before: Optional[TimedWord] = None) 
     texts = []
     for word in words:
         text = word.text
-        if before is not None and _ends_with_period(before.text) and text[:1].islower():
+        if before is not None and _opens_a_sentence_after(before) and text[:1].islower():
             text = text[0].upper() + text[1:]
         texts.append(text)
         before = word
     return texts
 
 
-def _ends_with_period(text: str) -> bool:
-    """"now." "now?" "now!" end a sentence; "so..." trails off, the sentence goes on."""
-    return text.endswith((".", "?", "!")) and not text.endswith("..")
+def _opens_a_sentence_after(word: TimedWord) -> bool:
+    """"now." "now?" "now!" end a sentence (TimedWord.ends_sentence); "so..." trails off,
+    the sentence goes on."""
+    return word.ends_sentence and not word.text.rstrip("\"')]").endswith(("..", "…"))
