@@ -14,6 +14,7 @@ import os
 import socket
 import sys
 import threading
+from typing import Optional
 
 # Before torch loads (it reads this once): OpenMP's default active wait made every decoder
 # step 6-10x slower whenever anything else ran on a small machine (the web server, a second
@@ -74,6 +75,15 @@ def _bytes(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc))
 
 
+def _seed(text: str):
+    from whisper_demo.options import parse_seed
+
+    try:
+        return parse_seed(text)  # None: random
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
+
+
 def parser() -> argparse.ArgumentParser:
     from whisper_demo import limits
     from whisper_demo.audio import DEFAULT_MAX_SECONDS
@@ -127,10 +137,12 @@ def parser() -> argparse.ArgumentParser:
                    help="the precision of live decodes (the Live tab, --mic). Default int8 on the "
                         "CPU: per session as accurate as exact, and its bfloat16 encoder about 3x "
                         "faster (docs/live.md); exact elsewhere")
-    p.add_argument("--seed", type=int, default=0, metavar="N",
+    p.add_argument("--seed", type=_seed, default=0, metavar="N|random",
                    help="seed of the sampling in a window that falls back to a higher temperature: "
                         "the same file gives the same transcript every run, the one openai-whisper's "
-                        "transcribe gives after torch.manual_seed(N). Default 0")
+                        "transcribe gives after torch.manual_seed(N). 'random': openai-whisper's "
+                        "unseeded draws (torch's global generator). The page's Advanced can change "
+                        "it per run. Default 0")
     shared = p.add_argument_group(
         "sharing the app",
         "Beyond this computer (--host other than 127.x/localhost/::1, or --share) visitors "
@@ -251,12 +263,27 @@ def _sharing(args, host: str):
     return policy, limits
 
 
-def _warm_up(timing_warm_up) -> None:
-    from whisper_demo import bf16_attention, kernels
+# The warm-up thread main() started (tests wait for it before they count decodes)
+warming: Optional[threading.Thread] = None
 
-    kernels.library()  # logs which path decoder steps take, and why
-    bf16_attention.library()  # the fast encoder's attention: built now, not inside a decode
-    timing_warm_up()
+
+def _start_warm_up(model, options, live_options) -> threading.Thread:
+    """Pay the first decode's one-time costs (warm_up.py: kernels, word timing's compile,
+    the tokenizer, packed weights, a decode in each precision the page uses) and the
+    page's first event's (ui.warm_up_events) on a thread, while the page loads; the log
+    says what was warmed and how long it took."""
+    from whisper_demo.live import LiveConfig, model_decoder
+    from whisper_demo.ui import warm_up_events
+    from whisper_demo.warm_up import warm_up
+
+    def run():
+        # the Live tab's decodes as its decoder makes them (word timing, attention, precision)
+        live = model_decoder(model, live_options, alignatt=LiveConfig().reads_attention).options
+        warm_up(model, {"transcribe": options, "live": live}, also={"the page's first event": warm_up_events})
+
+    thread = threading.Thread(target=run, name="warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def _log_to_stderr() -> None:
@@ -323,12 +350,10 @@ def main(argv=None) -> int:
             fail(f"the terminal microphone is not available: {exc}")
         return mic.run_terminal(model, live_options, device=args.input_device) or 0
 
-    from whisper_demo.timing import warm_up
     from whisper_demo.ui import Defaults, ModelStore, build_app, launch
 
-    # The Live tab's word timing compiles once per process, and the kernels are built or
-    # loaded once (the log says which path decoder steps take): both while the page loads.
-    threading.Thread(target=_warm_up, args=(warm_up,), name="warm-up", daemon=True).start()
+    global warming
+    warming = _start_warm_up(model, options, live_options)
     store = ModelStore(device=device, policy=policy, max_models=limits.max_models)
     store.put(args.model, model)
     defaults = Defaults(model=args.model, device=device, live_precision=live_options.precision,

@@ -5,6 +5,7 @@ a decode through it runs with them. --max-file-size: the served page refuses a l
 upload. --list-devices and --mic: what they print on this machine, through `python app.py`.
 """
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,8 @@ def served(monkeypatch, tiny_model):
         from app_server import free_port
 
         assert app_cli.main([*argv, "--port", str(free_port())]) == 0
+        # the warm-up decodes beside the launch: over before a test counts decodes
+        app_cli.warming.join(timeout=600)
         started.append(seen["app"])
         return seen
 
@@ -62,7 +65,7 @@ def page_controls(app):
     event = next(f for f in app.fns.values() if f.api_name == "transcribe")
     by_label = {getattr(c, "label", None): c for c in event.inputs}
     names = {"mode": "Cache mode", "cache_on": "KV cache", "beam": "Beam size", "language": "Language",
-             "timestamps": "Timestamps", "model": "Model"}
+             "timestamps": "Timestamps", "model": "Model", "seed": "Seed"}
     controls = {name: by_label[label] for name, label in names.items()}
     controls["inputs"] = event.inputs
     return controls
@@ -99,6 +102,16 @@ def test_defaults_without_flags_are_static_greedy_exact(served):
     assert controls["mode"].value == "static" and controls["cache_on"].value is True
     assert controls["beam"].value == 1
     assert app.transcribe_tab.defaults.options.precision == "exact"
+
+
+def test_the_app_warms_up_each_precision_its_page_decodes_in(served, caplog):
+    """The first decode's one-time costs are paid at start (warm_up.py), and logged."""
+    with caplog.at_level(logging.INFO, logger="whisper_demo"):
+        defaults = served()["app"].transcribe_tab.defaults
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("warm-up done"))
+    for warmed in ("kernels", "word timing", f"transcribe decode ({defaults.options.precision})",
+                   f"live decode ({defaults.live_precision})"):
+        assert warmed in line
 
 
 def test_live_decodes_in_the_fast_mode_on_the_cpu_unless_told(served):
@@ -190,7 +203,9 @@ def test_token_events_from_a_flagged_decode_report_the_flagged_mode(tiny_model, 
 
 def test_seed_flag_seeds_every_page_decode(served, monkeypatch):
     """--seed reaches the page's decodes (DecodeOptions.seed, default 0): a file that falls
-    back gives the same transcript every run, openai-whisper's after torch.manual_seed(N)."""
+    back gives the same transcript every run, openai-whisper's after torch.manual_seed(N);
+    `--seed random` gives openai-whisper's unseeded draws (None), and Advanced's seed field
+    starts at the flag's value (-1 for random) and overrides it per run."""
     from whisper_demo.ui import transcribe_tab
 
     seeds = []
@@ -201,8 +216,13 @@ def test_seed_flag_seeds_every_page_decode(served, monkeypatch):
         return real_stream(model, samples, options)
 
     monkeypatch.setattr(transcribe_tab, "stream_transcribe", stream)
-    for argv, expected in (((), 0), (("--seed", "7"), 7)):
+    for argv, expected in (((), 0), (("--seed", "7"), 7), (("--seed", "random"), None)):
         app = served(*argv)["app"]
-        values = [str(JFK)] + [c.value for c in page_controls(app)["inputs"][1:]]
+        controls = page_controls(app)
+        assert controls["seed"].value == (-1 if expected is None else expected)
+        values = [str(JFK)] + [c.value for c in controls["inputs"][1:]]
         list(handler(app, "transcribe")(*values))
         assert seeds[-1] == expected
+        values[controls["inputs"].index(controls["seed"])] = 3  # the field, changed in the page
+        list(handler(app, "compare")(*values))
+        assert seeds[-2:] == [3, 3]  # both of Compare's runs

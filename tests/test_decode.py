@@ -256,3 +256,29 @@ def test_word_timing_reuses_the_decodes_audio_keys_and_values(tiny_model, clip, 
         return [(w.text, w.start, w.end) for s in result.segments for w in s.words]
 
     assert timed_words(reused) and timed_words(reused) == timed_words(projected)
+
+
+def test_a_single_window_decode_encodes_its_audio_once(tiny_model, clip, monkeypatch):
+    """Without timestamp tokens no window ends on one, so with word timestamps transcribe
+    seeks to the last word's end and decodes the few frames after it as a second window:
+    a second encoder pass over an 8 s buffer. single_window (a live buffer) stops after
+    the first and keeps everything it wrote."""
+    from whisper_demo import decode
+
+    passes = []
+    real_encode = decode._encode
+
+    def counted(model, mel_window, *rest):
+        passes.append(mel_window.shape)
+        return real_encode(model, mel_window, *rest)
+
+    monkeypatch.setattr(decode, "_encode", counted)
+    audio = clip("speech_25s.wav")[: 8 * 16000]
+    _, two_windows = run(tiny_model, audio, timestamps=False, word_timestamps=True)
+    assert len(passes) == 2  # what single_window saves: the second pass
+    passes.clear()
+    events, once = run(tiny_model, audio, timestamps=False, word_timestamps=True, single_window=True)
+    assert len(passes) == 1 and {e.window for e in events} == {0}
+    assert once.text and two_windows.text.startswith(once.text)
+    words_once = [w.text for s in once.segments for w in s.words]
+    assert words_once and "".join(words_once).strip() == once.text

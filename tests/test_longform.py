@@ -10,6 +10,8 @@ prompt and its reset, clips, word-timestamp seeking and the hallucination rule.
 """
 
 import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -71,9 +73,9 @@ def theirs(model, audio, **options):
 
 
 def ours(model, audio, **options):
-    """Our decode; seeded as theirs (torch's global generator) unless a seed is given."""
-    if "seed" not in options:
-        torch.manual_seed(0)
+    """Our decode, with DecodeOptions' own seed (0 unless given): the global generator is
+    set elsewhere first, so a decode that read it would draw other samples than theirs."""
+    torch.manual_seed(12345)
     return drain(stream_transcribe(model, audio, DecodeOptions(**options)))
 
 
@@ -106,13 +108,45 @@ def test_a_window_that_fails_the_compression_test_samples_the_same_draws(tiny_mo
     events, result = ours(tiny_model, streams["um_first"], compression_ratio_threshold=1.55)
     assert 1.0 in [s["temperature"] for s in reference["segments"]]
     assert sum(e.restart for e in events) == 5
-    assert_same(reference, result)
-    # DecodeOptions.seed: the same draws from a generator of the decode's own, whatever
-    # the global generator's state (the page seeds every decode this way)
-    torch.manual_seed(12345)
-    _, seeded = drain(stream_transcribe(tiny_model, streams["um_first"],
-                                        DecodeOptions(compression_ratio_threshold=1.55, seed=0)))
-    assert_same(reference, seeded)
+    assert_same(reference, result)  # with the default seed, 0, from the decode's own generator
+    # seed=None: torch's global generator, as transcribe draws from it
+    torch.manual_seed(0)
+    _, unseeded = drain(stream_transcribe(tiny_model, streams["um_first"],
+                                          DecodeOptions(compression_ratio_threshold=1.55, seed=None)))
+    assert_same(reference, unseeded)
+
+
+# --- the same audio, the same words -----------------------------------------------------
+
+# um_first's second window fails this at every temperature: five sampled attempts
+SAMPLED_EVERYWHERE = DecodeOptions(compression_ratio_threshold=1.55)
+
+
+def test_the_same_audio_gives_the_same_words_by_default(tiny_model, streams):
+    texts = []
+    for _ in range(3):
+        events, result = drain(stream_transcribe(tiny_model, streams["um_first"], SAMPLED_EVERYWHERE))
+        assert sum(e.restart for e in events) == 5
+        texts.append(result.text)
+    assert texts == texts[:1] * 3
+    # the draws decide these words: another seed samples others
+    _, other = drain(stream_transcribe(tiny_model, streams["um_first"], replace(SAMPLED_EVERYWHERE, seed=1)))
+    assert other.text != texts[0]
+
+
+def test_two_default_decodes_at_once_give_the_same_words(tiny_model, streams):
+    """Each decode draws from its own generator: two at once (two users of the page) do
+    not take each other's draws, as two decodes on torch's global generator would."""
+    def text():
+        return drain(stream_transcribe(tiny_model, streams["um_first"], SAMPLED_EVERYWHERE))[1].text
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [pool.submit(text) for _ in range(2)]
+        texts = [future.result() for future in futures]
+    torch.manual_seed(0)
+    reference = whisper.transcribe(tiny_model, streams["um_first"], fp16=False, language="en",
+                                   compression_ratio_threshold=1.55)["text"].strip()
+    assert texts == [reference, reference]
 
 
 def test_a_silent_window_is_decoded_then_skipped_as_transcribe_skips_it(tiny_model, streams):

@@ -5,7 +5,7 @@ from dataclasses import fields
 import pytest
 
 from whisper_demo.events import DecodeOptions
-from whisper_demo.options import decode_options, effective_mode
+from whisper_demo.options import RANDOM_SEED, decode_options, effective_mode, seed_field
 
 # A value for every field, each different from DecodeOptions' default.
 NON_DEFAULT = dict(cache="off", beam_size=3, precision="int8", language="de", task="translate",
@@ -15,7 +15,7 @@ NON_DEFAULT = dict(cache="off", beam_size=3, precision="int8", language="de", ta
                    clip_timestamps=(1.0, 5.0), hallucination_silence_threshold=2.0,
                    seed=7, skip_digital_silence=True, no_speech_before_decoding=True,
                    reset_prompt_after_silence=True, detect_language_from_window=True,
-                   max_tokens_per_window=50, word_timestamps=True, word_probabilities=True, draft_tokens=(50364, 440),
+                   max_tokens_per_window=50, single_window=True, word_timestamps=True, word_probabilities=True, draft_tokens=(50364, 440),
                    prefix_tokens=(50364, 1002),
                    attention=True, encode_audio_only=True)
 
@@ -68,3 +68,16 @@ def test_cache_switch_and_mode_agree():
     assert effective_mode(False, "hooks") == "off"
     assert effective_mode(True, "hooks") == "hooks"
     assert effective_mode(True, "off") == "static"  # ticking the box turns a cache on
+
+
+def test_a_seed_is_a_whole_number_or_random():
+    assert DecodeOptions().seed == 0  # the same audio, the same words, unless asked otherwise
+    unseeded = DecodeOptions(seed=None)
+    assert decode_options(DecodeOptions(), seed="random").seed is None  # --seed random
+    assert decode_options(DecodeOptions(), seed=RANDOM_SEED).seed is None  # the page's field
+    assert decode_options(unseeded, seed=7.0).seed == 7 and decode_options(unseeded, seed=" 3 ").seed == 3
+    assert decode_options(unseeded, beam_size=2).seed is None  # not chosen: kept
+    for bad in (1.5, "seven", 2 ** 64):
+        with pytest.raises(ValueError):
+            decode_options(DecodeOptions(), seed=bad)
+    assert (seed_field(None), seed_field(0), seed_field(5)) == (RANDOM_SEED, 0, 5)

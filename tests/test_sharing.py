@@ -165,7 +165,32 @@ def test_a_visitor_of_a_shared_page_cannot_record_the_servers_microphone(serve, 
     assert any("--allow-server-mic" in w for w in result.warnings)
     config_status = page.components[page.component_id("desktop-mic-status")]["props"]["value"]
     assert "off on this shared server" in config_status  # said before anyone presses Start
+    assert page.components[page.component_id("desktop-mic-start")]["props"]["interactive"] is False
     page.close()
+
+
+@pytest.mark.parametrize("policy, device_problem, usable", [
+    (SHARED, None, False),  # a shared server: off, whatever this computer has
+    (SharingPolicy(), "no audio input device found: plug in a microphone", False),
+    (SharingPolicy(), None, True),
+])
+def test_this_computers_microphone_is_offered_only_where_it_can_record(monkeypatch, policy, device_problem, usable):
+    """Start and Stop are disabled, with the reason beside them, where pressing Start could
+    only be refused: on a shared server, without PortAudio or without an input device."""
+    from whisper_demo.live import mic_device
+    from whisper_demo.ui.live_desktop_mic import READY_TEXT, SERVER_MIC_OFF
+
+    monkeypatch.setattr(mic_device, "availability", lambda: device_problem)
+    app = build_app(ModelStore(device="cpu"), Defaults(model="tiny.en", policy=policy))
+    blocks = {b.elem_id: b for b in app.blocks.values() if getattr(b, "elem_id", None)}
+    assert blocks["desktop-mic-start"].interactive is usable
+    assert blocks["desktop-mic-stop"].interactive is usable
+    status = blocks["desktop-mic-status"].value
+    reason = SERVER_MIC_OFF if policy.shared else device_problem
+    assert (status == READY_TEXT) if usable else (reason in status and status.startswith("⚠️"))
+    # as the browser receives it
+    config = {c["props"].get("elem_id"): c["props"] for c in app.get_config_file()["components"]}
+    assert config["desktop-mic-start"]["interactive"] is usable
 
 
 # --------------------------------------------------------------------------------------
@@ -448,7 +473,7 @@ def test_a_decode_over_the_budget_is_refused_before_it_takes_a_slot(serve, tmp_p
 def test_a_failed_live_session_keeps_its_text_says_why_and_the_next_record_starts_clean(
         tiny_model, monkeypatch):
     from whisper_demo.live import LiveUpdate
-    from whisper_demo.ui import live_tab
+    from whisper_demo.ui import live_tab, live_tab_session
 
     class FailingSession:
         """Commits two words, then its decoder fails."""
@@ -479,7 +504,7 @@ def test_a_failed_live_session_keeps_its_text_says_why_and_the_next_record_start
         def set_decoder(self, decoder):
             pass
 
-    monkeypatch.setattr(live_tab, "LiveSession", FailingSession)
+    monkeypatch.setattr(live_tab_session, "LiveSession", FailingSession)  # what a TabSession runs
     warnings = []
     monkeypatch.setattr(live_tab.gr, "Warning", lambda message, *a, **k: warnings.append(message))
     store = ModelStore(device="cpu")

@@ -66,3 +66,26 @@ def test_language_detection_reads_the_padded_first_30_s_as_transcribe_does(clip)
     short = clip("jfk.wav")
     frames = short.size // HOP_LENGTH
     assert not torch.allclose(LogMel(short, 80).first_30s(), LogMel(short, 80).window(0, frames))
+
+
+def test_a_single_window_keeps_the_segment_it_did_not_close():
+    """transcribe leaves the words after a window's last closed segment to the next window;
+    a single-window decode has none, so they become a segment to the window's end."""
+    from whisper.tokenizer import get_tokenizer
+
+    from whisper_demo.windowing import split_segments, unfinished_segment
+
+    tokenizer = get_tokenizer(False, language="en")
+
+    def stamp(seconds):
+        return tokenizer.timestamp_begin + round(seconds / 0.02)
+
+    first, second = tokenizer.encode(" Ask not"), tokenizer.encode(" what your")
+    tokens = [stamp(0.0), *first, stamp(1.0), stamp(1.2), *second]  # cut before its end
+    kept, advance = split_segments(tokens, tokenizer, 10.0, 500, 0.02, 2)
+    assert [s.text for s in kept] == [" Ask not"] and advance == 100  # seek to 1.0 s
+    rest = unfinished_segment(tokens, kept, tokenizer, 10.0, 500, 0.02)
+    assert (rest.text, rest.start, rest.end, rest.tokens) == (" what your", 11.2, 15.0, tokens[-1 - len(second):])
+    closed = tokens + [stamp(2.0)]  # a window closed by one timestamp leaves nothing
+    assert unfinished_segment(closed, split_segments(closed, tokenizer, 10.0, 500, 0.02, 2)[0],
+                              tokenizer, 10.0, 500, 0.02) is None

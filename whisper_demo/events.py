@@ -42,11 +42,13 @@ class DecodeOptions:
     # With word_timestamps: skip silences longer than this (seconds) around a segment whose
     # words look hallucinated (improbable, too short or too long).
     hallucination_silence_threshold: Optional[float] = None
-    # The windows that fall back sample at temperatures above 0. None: from torch's global
-    # generator, as transcribe does (the same draws after torch.manual_seed(n)); a number:
-    # from a generator of this decode's own seeded with it, the draws transcribe makes
-    # after torch.manual_seed(seed), whatever else samples in the process meanwhile.
-    seed: Optional[int] = None
+    # The windows that fall back sample at temperatures above 0. A number: they draw from a
+    # generator of this decode's own, seeded with it: the draws transcribe makes after
+    # torch.manual_seed(seed), whatever else samples in the process meanwhile, so the same
+    # audio gives the same words on every run, beside other decodes too. 0 by default: a
+    # person who transcribes a file twice expects the same text, and a WER no noise.
+    # None: torch's global generator, as transcribe does (openai-whisper's unseeded draws).
+    seed: Optional[int] = 0
     # --- deliberate differences from transcribe, off by default (README, "Long audio") ---
     # Windows quieter than about -60 dBFS are skipped without decoding (transcribe decodes
     # them, and almost always skips them after as no speech).
@@ -62,6 +64,12 @@ class DecodeOptions:
     # encoder pass on audio under 30 s (a live re-decode).
     detect_language_from_window: bool = False
     max_tokens_per_window: Optional[int] = None  # default: n_text_ctx // 2 as openai-whisper
+    # Decode the first window only, and keep all it wrote (a segment it did not close ends
+    # with its audio): a live buffer is one window. Otherwise a window not closed by a
+    # timestamp (always, without timestamp tokens) seeks to its last word's end with word
+    # timestamps, as transcribe does, and a buffer under 30 s gets a second window of its
+    # last frames: a second encoder pass for a few words at most.
+    single_window: bool = False
     # whisper.cpp's audio_ctx: encode only the window's audio (plus a margin, encoder.py)
     # instead of 30 s with padding. Faster for short audio (a live buffer); not exact.
     encode_audio_only: bool = False

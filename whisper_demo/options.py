@@ -12,6 +12,8 @@ Rules decided here (and nowhere else):
 - Choosing the hooks mode switches int8 to exact rather than refusing (hooks runs
   openai-whisper's modules as they are; precision.precision_with_cache), so that a
   session started with `--precision int8` can still pick any cache mode in the page.
+- A seed of "random" (the command line), RANDOM_SEED (-1, the page's field) or None means
+  openai-whisper's unseeded draws (DecodeOptions.seed None); any other number seeds them.
 """
 
 from dataclasses import fields, replace
@@ -21,6 +23,9 @@ from .events import CACHE_MODES, DecodeOptions
 from .precision import precision_with_cache
 
 AUTO_LANGUAGE = "auto"
+# The page's seed field is a number, and a number field always holds one (Gradio shows an
+# empty one as 0): so random draws are asked for with -1, as image generators' pages do.
+RANDOM_SEED = -1
 _FIELDS = frozenset(f.name for f in fields(DecodeOptions))
 
 
@@ -54,6 +59,30 @@ def decode_options(base: DecodeOptions, *, cache_on: Optional[bool] = None, mode
     if "language" in choices:
         language = choices["language"]
         choices["language"] = None if not language or language == AUTO_LANGUAGE or not multilingual else language
+    if "seed" in choices:
+        choices["seed"] = parse_seed(choices["seed"])
     choices["precision"] = precision_with_cache(choices.get("precision", base.precision),
                                                 choices.get("cache", base.cache))
     return replace(base, **choices)
+
+
+def parse_seed(seed) -> Optional[int]:
+    """DecodeOptions.seed from a user's seed: a whole number seeds the fallback's draws;
+    None, "random" or a negative number (RANDOM_SEED) means unseeded (None)."""
+    refused = ValueError(f"a seed is a whole number below 2**64, or 'random', not {seed!r}")
+    if seed is None or (isinstance(seed, str) and seed.strip().lower() == "random"):
+        return None
+    if isinstance(seed, float) and not seed.is_integer():  # a number field sends floats
+        raise refused
+    try:
+        value = int(seed.strip() if isinstance(seed, str) else seed)
+    except (TypeError, ValueError, OverflowError):
+        raise refused from None
+    if value >= 2 ** 64:  # torch.Generator.manual_seed's limit
+        raise refused
+    return None if value < 0 else value
+
+
+def seed_field(seed: Optional[int]) -> int:
+    """What the page's seed field shows for DecodeOptions.seed (parse_seed's inverse)."""
+    return RANDOM_SEED if seed is None else seed

@@ -3,10 +3,11 @@
 decode.stream_transcribe walks long audio one 30 s window at a time. For each window it
 needs the log-mel of that window (LogMel), and, once the window is decoded, its tokens
 cut into timed segments plus how far to seek for the next window (split_segments). Both
-follow openai-whisper's transcribe, so that results match it.
+follow openai-whisper's transcribe, so that results match it. unfinished_segment keeps the
+words a window left unfinished when no window follows (DecodeOptions.single_window).
 """
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -122,6 +123,22 @@ def split_segments(tokens, tokenizer, time_offset, segment_size, time_precision,
     if single_timestamp_ending:
         return segments, segment_size
     return segments, (tokens[last - 1].item() - tokenizer.timestamp_begin) * input_stride
+
+
+def unfinished_segment(tokens, kept: List[Segment], tokenizer, time_offset: float, segment_size: int,
+                       time_precision: float) -> Optional[Segment]:
+    """The tokens after a window's last closed segment, which split_segments leaves to the
+    next window, as a segment that ends with the window's audio: for a decode that has no
+    next window (DecodeOptions.single_window). None when they hold no text."""
+    rest = list(tokens[sum(len(s.tokens) for s in kept):])
+    said = [t for t in rest if t < tokenizer.eot]
+    if not said:
+        return None
+    stamps = [t for t in rest if t >= tokenizer.timestamp_begin]
+    start = (time_offset + (stamps[0] - tokenizer.timestamp_begin) * time_precision if stamps
+             else kept[-1].end if kept else time_offset)
+    end = time_offset + segment_size * HOP_LENGTH / SAMPLE_RATE
+    return Segment(start=start, end=max(start, end), text=tokenizer.decode(said), tokens=rest)
 
 
 def seek_clips(clip_timestamps, content_frames: int) -> List[Tuple[int, int]]:

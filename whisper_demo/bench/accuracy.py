@@ -99,11 +99,11 @@ def _float32_encoder():
 
 def transcribe_in(model, recording: Recording, mode: str, beam_size: int) -> Transcript:
     audio = load_audio(recording.path, max_seconds=None)
+    # the fallback's sampling: DecodeOptions' own seed (0), the same draws in every mode
     options = DecodeOptions(beam_size=beam_size, precision="exact" if mode == "exact" else "int8",
                             language=recording.language, temperature_fallback=True)
     context = _float32_encoder() if mode == "fast-float32-encoder" else contextlib.nullcontext()
     with context:
-        torch.manual_seed(0)  # the fallback's sampling: the same draws in every mode
         result = transcribe(model, audio, options)
     return Transcript(recording.id, recording.group, mode, result.text,
                       word_edits(result.text, recording.reference), len(words(recording.reference)),

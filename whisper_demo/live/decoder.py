@@ -64,7 +64,7 @@ def model_decoder(model, options: Optional[DecodeOptions] = None, alignatt: bool
                       temperature_fallback=False, skip_digital_silence=True,
                       no_speech_before_decoding=True, reset_prompt_after_silence=True,
                       detect_language_from_window=True, attention=alignatt,
-                      word_probabilities=alignatt)
+                      word_probabilities=alignatt, single_window=True)
     # Text is encoded alike in every language and task; only the special tokens differ.
     tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages)
 

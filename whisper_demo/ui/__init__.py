@@ -39,7 +39,7 @@ from ..limits import CACHE_SWEEP_S
 from .session_files import remove_session_files
 from .store import Defaults, ModelStore
 
-__all__ = ["build_app", "launch", "Defaults", "ModelStore", "APP_CSS"]
+__all__ = ["build_app", "launch", "warm_up_events", "Defaults", "ModelStore", "APP_CSS"]
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +135,16 @@ def _live_tab(store: ModelStore, defaults: Defaults, model_choice=None):
         log.exception("Live tab failed to build")
         gr.Markdown(f"### Live transcription is unavailable\n`{type(exc).__name__}: {exc}`")
         return None
+
+
+def warm_up_events() -> None:
+    """What Gradio's first event still loads, paid at start (app.py's warm-up): Gradio runs
+    every event inside a matplotlib backend manager (gradio/utils.py), and the first one
+    imports matplotlib and resolves its default backend, importing pyplot: about half a
+    second of the first request on a 2-core machine."""
+    import matplotlib
+
+    matplotlib.get_backend()
 
 
 def launch(app: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: bool = False,

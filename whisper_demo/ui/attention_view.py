@@ -11,8 +11,8 @@ When the run ends: the token-by-position map of each window (hover a cell for it
 weight), where each token looked in the audio, the words on a player (playing highlights
 the word being spoken, a click plays from that word), and downloads (PNG maps, JSON).
 
-Pure HTML/SVG strings; the maps are drawn by attention_maps.py, the beam ribbon by
-beam_ribbon.py, token texts by plain_tokens.py, and the page's wiring is in
+Pure HTML/SVG strings; the maps are drawn by attention_maps.py, the audio strip by
+attention_wave.py, the beam ribbon by beam_ribbon.py, token texts by plain_tokens.py, and the page's wiring is in
 transcribe_layout.py. Every number drawn comes from a TokenEvent or the DecodeResult
 (whisper_demo/attention.py gathers them).
 """
@@ -29,12 +29,12 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..attention import AttentionRecord, WindowRecord, token_labels
-from ..events import TIMESTAMP_SECONDS, DecodeResult, TokenEvent
+from ..events import DecodeResult, TokenEvent
 from .attention_maps import cross_png, map_svg, maps_png, weight_color
+from .attention_wave import envelope, waveform_svg
 from .beam_ribbon import ribbon_caption, ribbon_svg
 from .plain_tokens import plain_token, previous_label
 
-WAVE_COLUMNS = 600  # waveform envelope resolution
 PLAYER_MAX_SECONDS = 300  # the player embeds the audio in the page (32 kB/s as base64 WAV)
 
 # How each cache mode obtains the weights it shows (the same weights, to float rounding).
@@ -73,15 +73,6 @@ def layer_choices(n_layers: int) -> List[Tuple[str, str]]:
 def _layer(choice: str, n_layers: int) -> Optional[int]:
     """A layer index, or None for the mean ("all" colours chips by the mean too)."""
     return int(choice) if choice and choice.isdigit() and int(choice) < n_layers else None
-
-
-def envelope(samples: np.ndarray, columns: int = WAVE_COLUMNS) -> np.ndarray:
-    """[columns] peak amplitude per column, scaled to the loudest (for the waveform)."""
-    if len(samples) == 0:
-        return np.zeros(columns)
-    edges = np.linspace(0, len(samples), columns + 1).astype(int)
-    peaks = np.array([np.abs(samples[a:max(b, a + 1)]).max() for a, b in zip(edges[:-1], edges[1:])])
-    return peaks / max(float(peaks.max()), 1e-9)
 
 
 class AttentionView:
@@ -130,7 +121,7 @@ class AttentionView:
                      self.chips(att.self_weights, att.positions, labels),
                      "one chip per cached position; darker = more weight from the newest token's query "
                      "(colour: square root of the share of the row's peak; hover for the weights)"),
-            _section("Cross-attention over the audio", self.waveform_svg(window, event),
+            _section("Cross-attention over the audio", waveform_svg(self.wave, self.duration, window, event),
                      "where the alignment heads look (curve) and its peak (cursor); dots: earlier tokens"),
         ]
         if att.beam_sources and window is not None:
@@ -159,36 +150,6 @@ class AttentionView:
                          f'{html.escape(plain_token(labels[token], previous_label(labels, positions, p)))}</span>'
                          f'{rows}</span>')
         return f'<div class="wk-chips">{"".join(chips)}</div>'
-
-    def waveform_svg(self, window: Optional[WindowRecord], event: Optional[TokenEvent] = None,
-                     playhead: bool = False) -> str:
-        w, h = WAVE_COLUMNS, 80
-        mid = h / 2
-        x_of = (lambda t: t / self.duration * w) if self.duration > 0 else (lambda t: 0.0)
-        bars = "".join(f'<line x1="{i + .5}" x2="{i + .5}" y1="{mid - a * 34:.1f}" y2="{mid + a * 34:.1f}"/>'
-                       for i, a in enumerate(self.wave))
-        out = [f'<g stroke="#94a3b8" stroke-width="1">{bars}</g>']
-        if window is not None:
-            out.insert(0, f'<rect x="{x_of(window.start):.1f}" width="{x_of(window.end) - x_of(window.start):.1f}" '
-                          f'y="0" height="{h}" fill="#dbeafe"><title>window {window.index + 1}: '
-                          f'{window.start:.1f}–{window.end:.1f} s</title></rect>')
-            trail = [e.attention.audio_time for e in window.events if e.text.strip()]
-            out.append("".join(f'<circle cx="{x_of(t):.1f}" cy="{h - 4}" r="2" fill="#1d4ed8"/>' for t in trail))
-        if event is not None and event.attention is not None and window is not None:
-            cross = event.attention.cross_weights
-            top = max(float(cross.max()), 1e-9)
-            xs = window.start + np.arange(len(cross)) * TIMESTAMP_SECONDS
-            step = max(1, len(cross) // 300)  # at most ~300 points for the curve
-            pts = " ".join(f"{x_of(t):.1f},{h - 8 - c / top * (h - 16):.1f}" for t, c in zip(xs[::step], cross[::step]))
-            out.append(f'<polyline points="{pts}" fill="none" stroke="#f59e0b" stroke-width="1.5"/>')
-            cx = x_of(event.attention.audio_time)
-            out.append(f'<line class="wk-cursor" x1="{cx:.1f}" x2="{cx:.1f}" y1="0" y2="{h}" stroke="#dc2626" '
-                       f'stroke-width="2"><title>cursor {event.attention.audio_time:.2f} s</title></line>')
-        if playhead:
-            out.append(f'<line class="wk-playhead" data-duration="{self.duration:.3f}" x1="0" x2="0" '
-                       f'y1="0" y2="{h}" stroke="#16a34a" stroke-width="2"/>')
-        return (f'<svg class="wk-wave" viewBox="0 0 {w} {h}" width="100%" height="{h}" '
-                f'preserveAspectRatio="none">{"".join(out)}</svg>')
 
     # --- when the run ends -----------------------------------------------------------------
 
@@ -228,7 +189,7 @@ class AttentionView:
             player = f'<audio class="wk-play" controls preload="auto" src="{self.wav_data_url()}"></audio>'
         else:
             player = '<div class="wk-sub">(audio over 5 min: play it in the Audio box)</div>'
-        return (f'{player}{self.waveform_svg(None, playhead=True)}'
+        return (f'{player}{waveform_svg(self.wave, self.duration, None, playhead=True)}'
                 f'<div class="wk-words">{spans or "(no words)"}</div>')
 
     def wav_data_url(self) -> str:

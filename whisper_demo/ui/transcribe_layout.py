@@ -17,6 +17,7 @@ from whisper.tokenizer import LANGUAGES
 
 from ..events import CACHE_MODES
 from ..examples import CLIPS, clip_path
+from ..options import RANDOM_SEED, seed_field
 from . import attention_view, panel, run_chart
 from .controls import link_cache_controls
 from .model_switch import model_choices
@@ -78,6 +79,11 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
                                        else "this model is English-only")
                 timestamps = gr.Checkbox(value=opts.timestamps, label="Timestamps",
                                          info="timestamp tokens; needed to seek through audio over 30 s")
+                seed = gr.Number(value=seed_field(opts.seed), precision=0, minimum=RANDOM_SEED,
+                                 label="Seed", elem_id="seed",
+                                 info="a window that fails openai-whisper's tests is decoded again by "
+                                      "sampling; this seeds its draws, so the same audio gives the same "
+                                      f"words every run. {RANDOM_SEED}: random (openai-whisper's unseeded draws)")
             examples = example_paths()
             if examples:
                 ex = gr.Examples([[p] for p in examples], inputs=[audio], label="Examples (click to transcribe)")
@@ -103,7 +109,8 @@ def build_transcribe_tab(store: ModelStore, defaults: Defaults, model_status=Non
     chart = gr.HTML(run_chart.chart_html([], caption=CHART_CAPTION), elem_id="latency_chart",
                     padding=False)
 
-    inputs = [audio, cache_on, mode, beam, language, timestamps, model_dd, previous, attention_on, layer]
+    # seed last: API calls written before it existed still fit (it takes the field's value)
+    inputs = [audio, cache_on, mode, beam, language, timestamps, model_dd, previous, attention_on, layer, seed]
     outputs = [transcript, panel_box, chart, compare_box, previous, attn_html, attn_files]
     # Every decode shares one concurrency group ("decode"): see ui/__init__.py for the numbers.
     decode_kw = dict(concurrency_id="decode", concurrency_limit=defaults.concurrency,

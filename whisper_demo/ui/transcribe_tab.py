@@ -4,7 +4,7 @@ Everything a user can do here is a handler on `TranscribeTab`, each a plain Pyth
 callable that tests can call directly:
 
     transcribe(audio, cache_on, mode, beam, language, timestamps, model_name, previous,
-               attention, layer)
+               attention, layer, seed)
         -> generator of (transcript, panel_html, chart_html, compare_html, previous,
                          attention_html, attention_files)
     compare(...same inputs...) -> the same outputs, for cache on then cache off
@@ -24,7 +24,8 @@ Scripts can call the same handlers through Gradio's API (named endpoints /transc
     text, panel_html, *_ = client.predict(handle_file("talk.wav"), True, "static", 1, "auto",
                                           True, "tiny.en", api_name="/transcribe")
     # inputs: audio, cache on, mode (static|hooks|off), beam, language, timestamps, model,
-    # and optionally attention (True: the "Inside the cache" view) and its layer ("all");
+    # and optionally attention (True: the "Inside the cache" view), its layer ("all") and
+    # the seed of a fallback window's draws (default: the server's --seed, 0; -1: random);
     # panel_html holds the run's numbers ("N decoder steps", cache bytes, latencies); with
     # attention the outputs end with the view's HTML and its downloads (PNG maps, JSON).
     # Bad audio raises gradio_client's AppError with the same message the page shows.
@@ -104,12 +105,14 @@ class TranscribeTab:
             raise gr.Error(str(exc), title="Too large for this server") from exc
 
     def _options(self, model, cache_on, mode, beam, language, timestamps,
-                 attention=False) -> DecodeOptions:
-        """The page's choices over the command line's options (options.decode_options)."""
+                 attention=False, seed=None) -> DecodeOptions:
+        """The page's choices over the command line's options (options.decode_options).
+        seed None: not given, the command line's."""
+        chosen = {} if seed is None else {"seed": seed}
         try:
             return decode_options(self.defaults.options, cache_on=cache_on, mode=mode, beam_size=beam,
                                   language=language, timestamps=bool(timestamps),
-                                  multilingual=model.is_multilingual, attention=bool(attention))
+                                  multilingual=model.is_multilingual, attention=bool(attention), **chosen)
         except ValueError as exc:  # a combination DecodeOptions refuses
             raise gr.Error(str(exc), title="Options not possible") from exc
 
@@ -183,13 +186,14 @@ class TranscribeTab:
 
     def transcribe(self, audio, cache_on=True, mode="static", beam=1, language="auto",
                    timestamps=True, model_name=None, previous=None, attention=False, layer="all",
-                   progress=gr.Progress(track_tqdm=True), request: gr.Request = None):
+                   seed=None, progress=gr.Progress(track_tqdm=True), request: gr.Request = None):
         """attention: the "Inside the cache" view is open, so this run computes its
         attention weights (explicitly, at a cost) and the view draws them; layer: the
-        view's layer choice (attention_view.layer_choices)."""
+        view's layer choice (attention_view.layer_choices); seed: Advanced's (a number,
+        options.RANDOM_SEED for random; None: the command line's)."""
         model = self._model(model_name, progress)
         samples = self._audio(audio)
-        options = self._options(model, cache_on, mode, beam, language, timestamps, attention)
+        options = self._options(model, cache_on, mode, beam, language, timestamps, attention, seed)
         self._check_budget(samples, options.beam_size)
         label = series_label(options.cache, options.beam_size)
         prev = None
@@ -207,15 +211,16 @@ class TranscribeTab:
 
     def compare(self, audio, cache_on=True, mode="static", beam=1, language="auto",
                 timestamps=True, model_name=None, previous=None, attention=False, layer="all",
-                progress=gr.Progress(track_tqdm=True), request: gr.Request = None):
+                seed=None, progress=gr.Progress(track_tqdm=True), request: gr.Request = None):
         """The same audio twice: with the chosen cache (static if the switch is off), then
         without. Both curves on one chart, both totals, the speedup, identical-tokens badge.
         With the attention view open, it shows the cached run and how far the uncached
         run's recomputed weights are from it."""
         model = self._model(model_name, progress)
         samples = self._audio(audio)
-        on = self._options(model, True, mode, beam, language, timestamps, attention)
-        off = self._options(model, False, mode, beam, language, timestamps, attention)
+        # seeded alike: a window that falls back draws from the same seed in both runs
+        on = self._options(model, True, mode, beam, language, timestamps, attention, seed)
+        off = self._options(model, False, mode, beam, language, timestamps, attention, seed)
         self._check_budget(samples, on.beam_size, runs=2)
         series: dict = {}
         results = []

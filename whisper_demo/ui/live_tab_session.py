@@ -1,0 +1,87 @@
+"""One browser tab's live state (TabSession): its decode worker, and this computer's
+microphone when it records that instead of the browser's.
+
+The Live tab's handlers (live_handlers.py and the microphones' modules) keep one per tab in
+a SessionRegistry; the view (live_view.py) renders its worker's immutable LiveView.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from ..events import DecodeOptions
+from ..live import LiveConfig, LiveSession, LiveUpdate, LiveWorker, model_decoder
+from .chunk_order import ChunkSequencer
+
+DEFAULT_POLICY = LiveConfig().policy
+
+
+class TabSession:
+    """One browser tab's live state: its decode worker, and an optional desktop mic."""
+
+    def __init__(self, model, options: DecodeOptions, source: str = "browser", desktop=None,
+                 policy: str = DEFAULT_POLICY):
+        self.model = model
+        self.source = source
+        self.desktop = desktop  # mic.DesktopMicSource when recording this computer's mic
+        self.policy = policy  # LiveConfig.policy: which words are final (the desktop mic keeps the default)
+        self.worker: LiveWorker = desktop.worker if desktop is not None else LiveWorker(
+            LiveSession(self._decoder(options), LiveConfig(policy=policy)), yield_cpu=True)
+        self.rendered_version = -1
+        self.sent_html: list = [None] * 4  # transcript, stats, panel, chart as last sent
+        self.final: Optional[LiveUpdate] = None
+        self.order: Optional[ChunkSequencer] = None  # the page's chunk order (browser source)
+        self.created = time.monotonic()
+        self.closed = False
+        self.warned = False  # its page was told why it ended (ended_note)
+
+    @property
+    def active(self) -> bool:
+        return self.final is None and not self.worker.done.is_set()
+
+    def set_options(self, options: DecodeOptions) -> None:
+        """From the next re-decode on (the worker reads its decoder once per decode)."""
+        self.worker.session.set_decoder(self._decoder(options))
+
+    def _decoder(self, options: DecodeOptions):
+        # AlignAtt reads each token's attention: its decoder must be asked for it
+        return model_decoder(self.model, options, alignatt=LiveConfig(policy=self.policy).reads_attention)
+
+    def finish(self, timeout: float = 120.0) -> Optional[LiveUpdate]:
+        if self.desktop is not None:
+            self.final = self.desktop.stop(timeout)
+        else:
+            self.final = self.worker.finish(timeout)
+        return self.final
+
+    def close(self) -> None:
+        self.closed = True
+        if self.desktop is not None:
+            self.desktop.close()
+        self.worker.close()
+
+    def idle_seconds(self) -> float:
+        return self.worker.session.idle_seconds()
+
+    def silent_seconds(self) -> float:
+        return self.worker.session.silent_seconds()
+
+    def running(self) -> bool:
+        """Whether it holds a decode thread (what the registry's session limit counts)."""
+        return not self.closed and not self.worker.done.is_set()
+
+    def ended_note(self) -> str:
+        """Why a session that took no more audio ended, for its page ("" if it did not)."""
+        error = self.worker.view().error
+        if error is not None:
+            return (f"Live transcription stopped: {type(error).__name__}: {error}. The text so far "
+                    f"is kept here; press Record to start again.")
+        if self.closed:
+            return ("Live transcription closed: no audio, or only silence, for too long (this "
+                    "server's limit). The text so far is kept here; press Record to start again.")
+        return ""
+
+    def heard_seconds(self) -> float:
+        view = self.worker.view()
+        return view.stats.audio_seconds if view.stats else self.worker.session.audio_seconds
