@@ -272,14 +272,15 @@ def _start_warm_up(model, options, live_options) -> threading.Thread:
     the tokenizer, packed weights, a decode in each precision the page uses) and the
     page's first event's (ui.warm_up_events) on a thread, while the page loads; the log
     says what was warmed and how long it took."""
-    from whisper_demo.live import LiveConfig, model_decoder
     from whisper_demo.ui import warm_up_events
-    from whisper_demo.warm_up import warm_up
+    from whisper_demo.warm_up import live_session, warm_up
 
     def run():
-        # the Live tab's decodes as its decoder makes them (word timing, attention, precision)
-        live = model_decoder(model, live_options, alignatt=LiveConfig().reads_attention).options
-        warm_up(model, {"transcribe": options, "live": live}, also={"the page's first event": warm_up_events})
+        # the Live tab's session as it runs: its decodes (word timing, attention, precision,
+        # a shorter encoder input), the voice detector, the final pass
+        warm_up(model, {"transcribe": options},
+                also={f"live session ({live_options.precision})": live_session(model, live_options),
+                      "the page's first event": warm_up_events})
 
     thread = threading.Thread(target=run, name="warm-up", daemon=True)
     thread.start()

@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 
 from whisper_demo import audio
-from whisper_demo.audio import SAMPLE_RATE, AudioError, describe, load_audio, load_audio_chunk
+from whisper_demo.audio import SAMPLE_RATE, AudioError, ChunkStream, describe, load_audio, load_audio_chunk
 
 from whisper_demo.examples import EXAMPLES_DIR as DATA
 JFK = DATA / "jfk.wav"
@@ -491,6 +491,31 @@ def test_browser_mic_chunk_48k_int16():
     assert_whisper_ready(x)
     assert x.shape == (8000,)
     assert np.abs(x).max() == pytest.approx(0.5, abs=0.01)
+
+
+def test_a_chunk_stream_gives_the_same_samples_however_the_chunks_are_cut():
+    # The browser cuts its chunks where its timer fires: resampled one by one, the same
+    # recording became different audio each run (each chunk's edges). One streaming
+    # resampler makes the samples the whole signal's, resampled once.
+    rng = np.random.default_rng(0)
+    whole = (rng.standard_normal(48000 * 3) * 3000).astype(np.int16)
+    once = load_audio_chunk(48000, whole)
+
+    def streamed(cuts):
+        stream = ChunkStream()
+        parts = [stream(48000, c) for c in np.split(whole, cuts)]
+        return np.concatenate(parts + [stream.flush()])
+
+    a, b = streamed([4800 * k for k in range(1, 30)]), streamed([1234, 5000, 77777, 100000])
+    assert a.shape == b.shape == once.shape
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(a, once, atol=1e-6)
+    # chunks resampled one by one differ at their edges: the artefact the stream removes
+    each = np.concatenate([load_audio_chunk(48000, c) for c in np.split(whole, [4800 * k for k in range(1, 30)])])
+    assert np.abs(each - once).max() > 1e-3
+    # 16 kHz passes through, and an empty chunk gives nothing
+    assert ChunkStream()(SAMPLE_RATE, np.ones(10, np.float32)).tolist() == [1.0] * 10
+    assert ChunkStream()(48000, np.zeros(0, np.int16)).size == 0
 
 
 def test_chunks_joined_match_the_whole_signal():

@@ -110,7 +110,7 @@ def test_the_app_warms_up_each_precision_its_page_decodes_in(served, caplog):
         defaults = served()["app"].transcribe_tab.defaults
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("warm-up done"))
     for warmed in ("kernels", "word timing", f"transcribe decode ({defaults.options.precision})",
-                   f"live decode ({defaults.live_precision})"):
+                   f"live session ({defaults.live_precision})"):
         assert warmed in line
 
 

@@ -282,3 +282,31 @@ def test_a_single_window_decode_encodes_its_audio_once(tiny_model, clip, monkeyp
     assert once.text and two_windows.text.startswith(once.text)
     words_once = [w.text for s in once.segments for w in s.words]
     assert words_once and "".join(words_once).strip() == once.text
+
+
+def test_when_every_temperature_fails_the_best_attempt_can_be_kept(tiny_model, clip, monkeypatch):
+    """DecodeOptions.fallback_keeps_best (the live final pass): a window whose every attempt
+    fails transcribe()'s tests keeps the attempt with the best average log probability
+    among those not too repetitive, not the last (transcribe's), which is sampled at 1.0."""
+    from whisper_demo import decode as decode_module
+
+    attempts = []
+    real = decode_module._needs_fallback
+
+    def spy(outcome, tokenizer, options):
+        attempts.append((outcome.temperature, outcome.avg_logprob, outcome.compression_ratio(tokenizer),
+                         [t for t in outcome.tokens]))
+        return real(outcome, tokenizer, options)
+
+    monkeypatch.setattr(decode_module, "_needs_fallback", spy)
+    # a log-probability threshold no attempt reaches: all six fail
+    failing = DecodeOptions(logprob_threshold=0.0, no_speech_threshold=None)
+    last = transcribe(tiny_model, clip("short_3s.wav"), failing)
+    assert [t for t, *_ in attempts] == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    assert last.tokens == attempts[-1][3]  # transcribe keeps the last
+    attempts.clear()
+    kept = transcribe(tiny_model, clip("short_3s.wav"), DecodeOptions(
+        logprob_threshold=0.0, no_speech_threshold=None, fallback_keeps_best=True))
+    best = max(attempts, key=lambda a: (a[2] <= 2.4, a[1]))
+    assert best[0] < 1.0  # (seeded: the same draws every run) so the two rules keep different attempts
+    assert kept.tokens == best[3] and kept.segments[0].temperature == best[0]

@@ -92,3 +92,13 @@ def test_readme_model_table_states_base_parameters(base_model):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     row = next(line for line in readme.splitlines() if line.startswith("| `base`"))
     assert f"| {counted / 1e6:.1f} M |" in row, row
+
+
+@pytest.mark.parametrize("lang", list(SPEECH))
+def test_a_shorter_encoder_input_detects_the_language_as_a_whole_window_does(base_model, spoken, lang):
+    # The live streamed pass encodes the buffer's audio only (encode_audio_only): openai-whisper's
+    # detect_language took those features for a log-mel and failed ("expected 80 channels").
+    audio = load_audio(spoken[lang])
+    short = transcribe(base_model, audio, DecodeOptions(encode_audio_only=True, detect_language_from_window=True))
+    whole = transcribe(base_model, audio, DecodeOptions(detect_language_from_window=True))
+    assert short.language == whole.language == lang

@@ -155,19 +155,32 @@ def test_your_own_recordings_are_sessions_with_a_reference_when_one_lies_beside(
     assert sessions[0][1].size == clip("short_3s.wav").size
 
 
-def test_the_per_session_report_marks_each_target_met_or_not():
+def test_the_per_session_report_marks_each_target_met_or_not_per_subset():
     from whisper_demo.bench.live_eval import report
 
-    def record(kind, text, delays=(), first=()):
-        return dict(id="s1", subset="dev", kind=kind, text=text, reference="the cat sat on mats",
-                    delays=list(delays), decodes=1, first_token_ms=list(first))
+    def record(kind, id, subset, text, reference, delays=(), first=(), final=(), **extra):
+        return dict(id=id, subset=subset, kind=kind, text=text, reference=reference, delays=list(delays),
+                    decodes=1, first_token_ms=list(first), final_delays=list(final), **extra)
 
-    out = report([record("offline", "the cat sat on mats"),
-                  record("alignatt/fast", "the cat sat on hats"),
-                  record("alignatt/realtime", "the cat sat on mats", [0.5, 0.9, 2.5], [300, 320, 900])])
-    assert "NOT met alignatt/fast: 1 errors <= offline 0 + 1 WER point" in out
-    assert "met     alignatt/realtime: 0 errors" in out
-    assert "met     alignatt/realtime: speech -> commit median 0.90 s" in out
+    read = "the cat sat on the mat " * 20  # 120 words: half a point is 0.6 words
+    hard = "montreal forced aligner"  # 3 words: a point is 0.03 words
+    out = report([record("offline", "r", "dev_ordinary", read, read), record("offline", "h", "dev", hard, hard),
+                  record("alignatt/fast", "r", "dev_ordinary", read.replace("mat", "hat", 1), read,
+                         streamed=read, streamed_committed=100, revised=5),
+                  record("alignatt/fast", "h", "dev", hard, hard),
+                  record("alignatt/realtime", "r", "dev_ordinary", read, read, [0.5, 0.9, 2.5], [300, 320, 900],
+                         [0.4, 0.5, 0.9]),
+                  record("alignatt/realtime", "h", "dev", "montreal forced", hard, [0.5], [300], [0.5])])
+    # each subset against its own allowance: one read word over offline is more than half a point of 120
+    assert "NOT met alignatt/fast read: final 1 errors <= offline 0 + 0.5 WER point" in out
+    assert "met     alignatt/fast hard: final 0 errors <= offline 0 + 1.0 WER point" in out
+    assert "NOT met alignatt/realtime hard: final 1 errors" in out
+    assert "met     alignatt/realtime: speech -> commit median 0.70 s" in out
     assert "NOT met alignatt/realtime: speech -> commit p95" in out
-    assert "met     alignatt/realtime: chunk end -> first token median 320 ms" in out
-    assert "nothing committed twice" in out
+    assert "met     alignatt/realtime: chunk end -> first token median 310 ms" in out
+    assert "met     alignatt/realtime: pause heard -> final text median 0.50 s" in out
+    assert "nothing written twice" in out
+    # the final text depends on the audio alone: the realtime feed's against the fast feed's
+    assert "NOT met alignatt/realtime: the same final text as alignatt/fast in 0 of 2 sessions" in out
+    # the revision rate: 5 of the 100 streamed committed words
+    assert "  5.0%" in out.splitlines()[2]

@@ -74,3 +74,18 @@ def test_the_report_marks_the_targets():
     slow = report([result([2.0, 2.5, 4.0], "the cat sad", "the cat sat", "the cat sat")], "agreement")
     assert "median 2.50 s (target <= 1.5 s: NOT met)" in slow and "(target <= 3.0 s: NOT met)" in slow
     assert "gap +33.3 points (target <= 1: NOT met)" in slow
+
+
+def test_one_recording_played_several_times_is_judged_by_its_worst_run():
+    reference = " ".join(["word"] * 50)  # a point is half a word
+
+    def run(final, delays):
+        return SessionResult(Recording("talk", np.zeros(16000, np.float32), reference), Offline(reference, []),
+                             page([], final), delays, [False] * len(delays), 0)
+
+    steady = report([run(reference, [1.0, 1.2]), run(reference, [1.1, 1.4])], "alignatt")
+    assert "talk, 2 runs: final text the same in every run" in steady
+    assert "worst run: gap +0.0 points (target <= 2: met), median 1.25 s (target <= 1.5: met)" in steady
+    shaky = report([run(reference, [1.0, 1.2]), run(reference.replace("word", "bird", 2), [2.0, 4.0])], "alignatt")
+    assert "differs between runs" in shaky
+    assert "worst run: gap +4.0 points (target <= 2: NOT met), median 3.00 s (target <= 1.5: NOT met)" in shaky

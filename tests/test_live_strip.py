@@ -187,7 +187,7 @@ def test_a_decode_that_wrote_nothing_after_the_given_words_has_no_cursor():
     hyp = Hypothesis((), buffer_start=0.0, buffer_end=3.5, after_committed=True)
     decision = AlignAttPolicy().update(hyp)
     shown = buffer_view(np.zeros(56000, np.float32), 0.0, hyp, decision,
-                        [(" And so my fellow Americans.", 0.42)], 2.6, at_pause=True)
+                        [(" And so my fellow Americans.", 0.42)], 2.6)
     assert shown.cursor is None and shown.words == ()
     assert "no cursor" in strip_html(shown, "alignatt")
 
@@ -222,7 +222,7 @@ def test_a_real_alignatt_session_places_its_cursor_inside_the_buffer_and_its_edg
         updates += [u for u in session.updates() if isinstance(u, LiveUpdate)]
     updates += [u for u in session.finish() if isinstance(u, LiveUpdate)]
 
-    decoded = [u for u in updates if u.decoded and not u.final]
+    decoded = [u for u in updates if u.decoded and u.revision is None]  # the streamed decodes
     assert len(decoded) >= 5
     with_cursor = 0
     for update in decoded:
@@ -233,19 +233,21 @@ def test_a_real_alignatt_session_places_its_cursor_inside_the_buffer_and_its_edg
         if shown.cursor is not None:
             with_cursor += 1
             assert shown.start <= shown.cursor <= shown.end
-        if not shown.at_pause:  # frame_seconds before the end; more while the buffer is short
-            lacking = config.start_seconds - (shown.end - shown.start)
-            assert shown.edge == pytest.approx(shown.end - max(config.frame_seconds, lacking), abs=1e-6)
-        else:
-            assert shown.start < shown.edge <= shown.end
+        # frame_seconds before the end; more while the buffer is short
+        lacking = config.start_seconds - (shown.end - shown.start)
+        assert shown.edge == pytest.approx(shown.end - max(config.frame_seconds, lacking), abs=1e-6)
         svg = svg_of(strip_html(shown, "alignatt"))
         if shown.cursor is not None:
             assert line_x(svg, "wk-strip-cursor") == pytest.approx(
                 expected_x(shown.cursor, shown.start, shown.end), abs=0.1)
     assert with_cursor >= len(decoded) * 3 // 4  # all but the decodes that wrote no new word
     # the committed boundary follows the committed words, and moves forward only
-    committed_until = [u.buffer.committed_until for u in updates if u.buffer is not None]
+    committed_until = [u.buffer.committed_until for u in decoded]
     assert committed_until == sorted(committed_until) and committed_until[-1] > 9.0
+    # a final pass's strip says what it did
+    paused = [u.buffer for u in updates if u.revision is not None and not u.final]
+    assert paused and all(b.at_pause and b.edge is None for b in paused)
+    assert "final text" in strip_html(paused[0], "alignatt")
     assert "do for your country" in updates[-1].committed.lower()
 
 

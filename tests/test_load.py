@@ -9,7 +9,7 @@ no more live sessions run than the limit; and no committed word a live visitor w
 is missing from its final text.
 """
 
-import re
+from html.parser import HTMLParser
 import threading
 import time
 
@@ -31,12 +31,32 @@ PROBE_BOUND_S = 120.0  # generous: two decode slots, ten uploads queued, three l
 MEMORY_BOUND_MB = 1500.0
 SHORT = clip_path("short_3s.wav")
 JFK = clip_path("jfk.wav")
-COMMITTED = re.compile(r'<span class="wk-committed"[^>]*>([^<]*)</span>')
+class _CommittedText(HTMLParser):
+    """The text inside the transcript's .wk-committed span (final and streamed words, in
+    spans of their own)."""
+
+    def __init__(self):
+        super().__init__()
+        self.depth, self.parts = 0, []  # depth: open elements inside .wk-committed
+
+    def handle_starttag(self, tag, attrs):
+        if self.depth or "wk-committed" in (dict(attrs).get("class") or "").split():
+            self.depth += 1
+
+    def handle_endtag(self, tag):
+        self.depth = max(0, self.depth - 1)
+
+    def handle_data(self, data):
+        if self.depth:
+            self.parts.append(data)
 
 
 def committed_text(transcript_html) -> str:
-    match = COMMITTED.search(transcript_html) if isinstance(transcript_html, str) else None
-    return match.group(1).strip() if match else ""
+    if not isinstance(transcript_html, str):
+        return ""
+    parser = _CommittedText()
+    parser.feed(transcript_html)
+    return " ".join("".join(parser.parts).split())
 
 
 def upload_visitor(url: str, results: dict, index: int) -> None:

@@ -12,7 +12,7 @@ from whisper.tokenizer import get_tokenizer
 from whisper_demo import bf16_encoder, runner, timing
 from whisper_demo.events import DecodeOptions
 from whisper_demo.precision import precision_for
-from whisper_demo.warm_up import warm_up
+from whisper_demo.warm_up import live_session, warm_up
 
 
 @pytest.fixture
@@ -52,3 +52,11 @@ def test_a_failed_step_is_logged_and_the_rest_still_warms(untouched, monkeypatch
         warmed = warm_up(untouched, {"transcribe": DecodeOptions()})
     assert [w.what for w in warmed] == ["kernels", "bf16 attention", "transcribe decode (exact)"]
     assert any("word timing" in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records)
+
+
+def test_a_live_session_step_runs_the_streamed_pass_and_the_final_pass(untouched):
+    update = live_session(untouched, DecodeOptions(precision="int8"))()
+    assert update.final and update.final_words  # stopped, the speech given its final text
+    assert update.stats.decodes >= 1 and update.stats.final_passes == 1
+    # the streamed decodes in the fast mode, the final pass in openai-whisper's arithmetic
+    assert set(runner._runners[untouched]) == {"exact", "int8"}

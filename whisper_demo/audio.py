@@ -121,6 +121,37 @@ def load_audio_chunk(sample_rate: int, array: np.ndarray) -> np.ndarray:
     return _convert(sample_rate, array, None, what="the microphone chunk")
 
 
+class ChunkStream:
+    """A microphone's chunks as one signal: like load_audio_chunk, but resampled by one
+    streaming resampler (soxr's), so the samples do not depend on where the chunks were
+    cut. Resampled one by one, each chunk's edges differed with the chunking (the browser
+    cuts its chunks where its timer fires): the same recording was different audio from
+    one run to the next. Not thread safe: a live session calls it under its own lock."""
+
+    def __init__(self):
+        self._rate = None
+        self._resampler = None
+
+    def __call__(self, sample_rate: int, array: np.ndarray) -> np.ndarray:
+        array = np.asarray(array)
+        sample_rate = _check_sample_rate(sample_rate, "the microphone chunk")
+        if array.size == 0:
+            return np.zeros(0, dtype=np.float32)
+        samples = _convert(sample_rate, array, None, what="the microphone chunk", resample=False)
+        if sample_rate == SAMPLE_RATE:
+            return samples
+        if sample_rate != self._rate:  # a new stream (a browser reopening its microphone)
+            self._rate = sample_rate
+            self._resampler = soxr.ResampleStream(sample_rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
+        return _clipped(self._resampler.resample_chunk(samples))
+
+    def flush(self) -> np.ndarray:
+        """The few samples the resampler still holds (the end of the stream)."""
+        if self._resampler is None:
+            return np.zeros(0, dtype=np.float32)
+        return _clipped(self._resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
+
+
 def read_chunk_file(path, max_bytes: int, max_seconds: float) -> tuple[int, np.ndarray]:
     """One streamed microphone chunk from its uploaded file: (sample rate, samples as
     stored), like Gradio's own reader, but bounded: a file over `max_bytes` is refused by
@@ -291,8 +322,10 @@ def _unpack_tuple(source: tuple) -> tuple[int, np.ndarray]:
     return sample_rate, np.asarray(array)
 
 
-def _convert(sample_rate, array: np.ndarray, max_seconds: float | None, what: str) -> np.ndarray:
-    """Validate, scale to float, downmix, resample, clip. The one shared path."""
+def _convert(sample_rate, array: np.ndarray, max_seconds: float | None, what: str,
+             resample: bool = True) -> np.ndarray:
+    """Validate, scale to float, downmix, resample (unless told not to), clip. The one
+    shared path."""
     sample_rate = _check_sample_rate(sample_rate, what)
     samples = _to_float(array, what)
     samples = _downmix(samples, what)
@@ -302,12 +335,15 @@ def _convert(sample_rate, array: np.ndarray, max_seconds: float | None, what: st
         bad = int(np.count_nonzero(~np.isfinite(samples)))
         raise AudioError(f"{what} contains {bad} invalid samples (NaN or infinity)")
     _check_length(samples.size / sample_rate, max_seconds, what)
-    if sample_rate != SAMPLE_RATE:
+    if resample and sample_rate != SAMPLE_RATE:
         samples = soxr.resample(samples, sample_rate, SAMPLE_RATE, quality="HQ")
+    return _clipped(samples)
+
+
+def _clipped(samples: np.ndarray) -> np.ndarray:
     # Clipped input (and the resampler's small overshoot next to it) may
     # leave [-1, 1]; Whisper expects that range.
-    samples = np.clip(samples, -1.0, 1.0)
-    return np.ascontiguousarray(samples, dtype=np.float32)
+    return np.ascontiguousarray(np.clip(samples, -1.0, 1.0), dtype=np.float32)
 
 
 def _to_float(array: np.ndarray, what: str) -> np.ndarray:

@@ -159,13 +159,17 @@ class Transcription:
         frames = self._encode_window(window)
         if self.tokenizer is None:
             self._start_tokenizer(window, frames)
-        outcome = None
+        outcome = best = None
         for attempt, temperature in enumerate(_temperatures(options)):
             outcome = yield from self._attempt(window, temperature, restart=attempt > 0)
             self.stats.add_attempt(outcome)
             if not _needs_fallback(outcome, self.tokenizer, options):
                 break
+            if options.fallback_keeps_best:
+                best = _best_failed(best, outcome, self.tokenizer, options)
             self.transcript = window.text_before  # the retry replaces this window's text
+        else:  # every temperature failed
+            outcome = best or outcome
         self.no_speech_prob = outcome.no_speech_prob
         if _is_silent(outcome, options):
             outcome.cross_kv = None
@@ -361,10 +365,25 @@ def _detect_language(model: Whisper, mel: LogMel, window_features, dtype, stats:
         return "en"
     features = window_features if from_window else _encode(
         model, mel.first_30s().to(model.device, dtype).unsqueeze(0), stats, precision)
+    if features.shape[1] != model.dims.n_audio_ctx:
+        return _language_of_short_features(model, features)
     # No lock needed: a hooks decode runs its own copy of the decoder's modules (cache.py).
     with torch.inference_mode():
         _, probs = model.detect_language(features)
     return max(probs[0], key=probs[0].get)
+
+
+def _language_of_short_features(model: Whisper, features) -> str:
+    """openai-whisper's detect_language over features of fewer positions than a window
+    (DecodeOptions.encode_audio_only): its own takes those for a log-mel and encodes them
+    again. The same step: the most likely language token after start-of-transcript."""
+    tokenizer = get_tokenizer(True, num_languages=model.num_languages)
+    with torch.inference_mode():
+        start = torch.tensor([[tokenizer.sot]], device=features.device)
+        logits = model.logits(start, features)[0, 0]
+    language_tokens = torch.tensor(tokenizer.all_language_tokens, device=logits.device)
+    best = int(logits[language_tokens].argmax())
+    return tokenizer.all_language_codes[best]
 
 
 def _temperatures(options: DecodeOptions):
@@ -380,6 +399,22 @@ def _needs_fallback(outcome: WindowOutcome, tokenizer, options: DecodeOptions) -
     improbable = options.logprob_threshold is not None and outcome.avg_logprob < options.logprob_threshold
     no_speech = options.no_speech_threshold is not None and outcome.no_speech_prob > options.no_speech_threshold
     return (repetitive or improbable) and not (no_speech and improbable)  # silence is no failure
+
+
+def _best_failed(best: Optional[WindowOutcome], outcome: WindowOutcome, tokenizer,
+                 options: DecodeOptions) -> WindowOutcome:
+    """Of two attempts that failed transcribe()'s tests, the one to keep if all fail
+    (DecodeOptions.fallback_keeps_best): not too repetitive first, then the better average
+    log probability. The other lets go of its cross-attention K/V."""
+    def key(attempt: WindowOutcome):
+        threshold = options.compression_ratio_threshold
+        return (threshold is None or attempt.compression_ratio(tokenizer) <= threshold, attempt.avg_logprob)
+
+    if best is None:
+        return outcome
+    kept, dropped = (outcome, best) if key(outcome) > key(best) else (best, outcome)
+    dropped.cross_kv = None
+    return kept
 
 
 def _is_silent(outcome: WindowOutcome, options: DecodeOptions) -> bool:

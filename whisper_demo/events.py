@@ -53,6 +53,13 @@ class DecodeOptions:
     # Windows quieter than about -60 dBFS are skipped without decoding (transcribe decodes
     # them, and almost always skips them after as no speech).
     skip_digital_silence: bool = False
+    # When every temperature of the fallback fails, keep the attempt with the best average
+    # log probability among those not too repetitive (else among all), as faster-whisper
+    # does, instead of the last one (transcribe): the last is sampled at 1.0, and on hard
+    # speech it is noise ("Montreal. First." at 0.0, just under the log-probability
+    # threshold, became "Deborah and Tim... tick tick tick" at 1.0). The live final pass
+    # uses it; off by default, so that decodes equal transcribe's.
+    fallback_keeps_best: bool = False
     # A window is judged silent on P(no speech) alone at its first step, before any token is
     # shown, instead of after decoding it (transcribe). Saves decoding silence.
     no_speech_before_decoding: bool = False

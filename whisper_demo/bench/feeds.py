@@ -26,6 +26,8 @@ from ..audio import SAMPLE_RATE
 from ..events import TokenEvent
 from ..live.decoder import model_decoder
 from ..live.config import LiveConfig
+from ..live.final_pass import model_final_decoder
+from ..live.revision import Revision
 from ..live.session import LiveSession, model_session
 from ..live.snapshots import LiveUpdate
 
@@ -33,26 +35,45 @@ from ..live.snapshots import LiveUpdate
 @dataclass
 class FeedResult:
     feed: str
-    committed: str
-    commit_times: List[float]  # per committed word: stream seconds (fast) or wall seconds (realtime) at commit
-    commit_rules: List[str]  # per committed word: the policy rule that committed it
+    committed: str  # the session's final text (after finish(), every committed word is final)
+    # per final word: when it was first shown committed (stream seconds for the fast and
+    # paced feeds, wall seconds since the first chunk for realtime), and by which pass:
+    # "streamed" (the streamed pass committed it and the final pass kept it) or "final pass"
+    commit_times: List[float]
+    commit_rules: List[str]
     first_token_ms: List[float]
     decodes: int
     encoder_ms: float  # summed over the decodes that reported a result (with_result)
     decode_ms: float
     wall_seconds: float
     draft: Dict[str, int] = field(default_factory=dict)
-    words: List[Tuple[str, float, float]] = field(default_factory=list)  # committed, stream times
+    words: List[Tuple[str, float, float]] = field(default_factory=list)  # final, stream times
     looped: int = 0  # re-decodes that looped (no vote; see session.py)
     with_result: int = 0  # decodes that reported a result, and with it their costs
+    revisions: List[Revision] = field(default_factory=list)  # one per final pass
+    final_delays_s: List[float] = field(default_factory=list)  # pause heard -> final text, at each pause
+    final_passes: int = 0
+
+    @property
+    def streamed_text(self) -> str:
+        """What the page showed of each utterance just before its final pass (the
+        streamed words, committed and tentative): the interim result."""
+        return " ".join(r.was for r in self.revisions if r.was)
+
+    @property
+    def streamed_committed(self) -> int:
+        return sum(len(r.streamed) for r in self.revisions)
+
+    @property
+    def revised(self) -> int:
+        return sum(r.revised for r in self.revisions)
 
 
-def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
-    new = max(0, len(update.committed.split()) - len(result.commit_times))
-    result.commit_times += [now] * new
-    result.commit_rules += [update.reason.split(";")[0] or "commit"] * new
+def _record(update: LiveUpdate, result: FeedResult) -> None:
     result.committed = update.committed
     result.looped = update.stats.loops
+    if update.revision is not None:
+        result.revisions.append(update.revision)
     if update.decoded and update.result is not None:
         result.with_result += 1
         result.encoder_ms += update.result.encoder_ms
@@ -64,29 +85,51 @@ def _record(update: LiveUpdate, now: float, result: FeedResult) -> None:
         result.draft["given"] = result.draft.get("given", 0) + update.result.prefix_given
 
 
+def _drain(items, result: FeedResult) -> bool:
+    """Record the LiveUpdates of an updates()/finish() call; whether one ran a decode."""
+    decoded = False
+    for item in items:
+        if isinstance(item, LiveUpdate):
+            _record(item, result)
+            decoded = decoded or item.decoded
+    return decoded
+
+
+def _finish(session: LiveSession, result: FeedResult, started: float, clock_zero: float = 0.0) -> FeedResult:
+    """What the session committed, with each word's commit time in the feed's clock."""
+    _drain(session.finish(), result)
+    stats = session.stats()
+    words = session.committed_words()
+    result.committed = session.final_text
+    result.words = [(w.text, w.start, w.end) for w, _, _, _ in words]
+    result.commit_times = [at - clock_zero for _, at, _, _ in words]
+    result.commit_rules = [how for _, _, how, _ in words]
+    result.first_token_ms = list(session._first_token_ms)
+    result.final_delays_s = list(session._final_delay_s)
+    result.decodes = stats.decodes
+    result.final_passes = stats.final_passes
+    result.wall_seconds = time.perf_counter() - started
+    return result
+
+
 def live_decoder(model, options, config: LiveConfig):
     """The model as the session's decoder, as the policy reads it."""
     return model_decoder(model, options, alignatt=config.reads_attention)
 
 
 def feed_fast(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig) -> FeedResult:
-    session = model_session(model, options, config)
+    """Every chunk added, then the updates drained: the session's clock is the stream
+    position, so a commit's time less a word's end is the policy's own delay."""
+    clock = SimulatedClock()
+    session = model_session(model, options, config, clock=clock)
     result = FeedResult("fast", "", [], [], [], 0, 0.0, 0.0, 0.0)
     step = int(chunk_s * SAMPLE_RATE)
     started = time.perf_counter()
     for start in range(0, audio.size, step):
+        clock.now = min(audio.size, start + step) / SAMPLE_RATE
         session.add_samples(audio[start:start + step])
-        position = min(audio.size, start + step) / SAMPLE_RATE
-        for item in session.updates():
-            if isinstance(item, LiveUpdate):
-                _record(item, position, result)
-    for item in session.finish():
-        if isinstance(item, LiveUpdate):
-            _record(item, audio.size / SAMPLE_RATE, result)
-    result.wall_seconds = time.perf_counter() - started
-    result.decodes = session.stats().decodes
-    result.words = [(w.text, w.start, w.end) for w in session.policy.committed]
-    return result
+        _drain(session.updates(), result)
+    return _finish(session, result, started)
 
 
 class SimulatedClock:
@@ -119,9 +162,9 @@ def paced_decoder(decoder, clock: SimulatedClock, costs: DecodeCosts):
     what its result counts: an encoder pass and one step per decoder forward. A decode
     stopped early (a loop) has been charged token by token up to where it stopped."""
 
-    def decode(audio, prompt, draft=None, prefix=None):
+    def decode(audio, prompt, *given):  # given: (draft, prefix), or the final pass's Given
         started, forwards, in_draft_pass = clock.now, 0, False
-        for item in decoder(audio, prompt, draft, prefix):
+        for item in decoder(audio, prompt, *given):
             if isinstance(item, TokenEvent):
                 if not item.from_draft or not in_draft_pass:
                     forwards += 1
@@ -139,7 +182,8 @@ def paced_decoder(decoder, clock: SimulatedClock, costs: DecodeCosts):
 def feed_paced(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig,
                costs: DecodeCosts) -> FeedResult:
     clock = SimulatedClock()
-    session = LiveSession(paced_decoder(live_decoder(model, options, config), clock, costs), config, clock=clock)
+    session = LiveSession(paced_decoder(live_decoder(model, options, config), clock, costs), config, clock=clock,
+                          final_decoder=paced_decoder(model_final_decoder(model, options, config.final_precision), clock, costs))
     result = FeedResult("paced", "", [], [], [], 0, 0.0, 0.0, 0.0)
     step = int(chunk_s * SAMPLE_RATE)
     starts = range(0, audio.size, step)
@@ -151,22 +195,10 @@ def feed_paced(model, options, audio: np.ndarray, chunk_s: float, config: LiveCo
             now, clock.now = clock.now, arrivals[i]
             session.add_samples(audio[starts[i]:starts[i] + step])
             clock.now, i = max(now, arrivals[i]), i + 1
-        decoded = False
-        if session.ready():  # as the worker polls
-            for item in session.updates():
-                if isinstance(item, LiveUpdate):
-                    _record(item, clock.now, result)
-                    decoded = decoded or item.decoded
+        decoded = session.ready() and _drain(session.updates(), result)  # as the worker polls
         if not decoded and i < len(starts):
             clock.now = max(clock.now, arrivals[i])  # wait for the next chunk
-    for item in session.finish():
-        if isinstance(item, LiveUpdate):
-            _record(item, clock.now, result)
-    result.wall_seconds = time.perf_counter() - started
-    result.first_token_ms = list(session._first_token_ms)
-    result.decodes = session.stats().decodes
-    result.words = [(w.text, w.start, w.end) for w in session.policy.committed]
-    return result
+    return _finish(session, result, started)
 
 
 def feed_realtime(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig) -> FeedResult:
@@ -184,20 +216,9 @@ def feed_realtime(model, options, audio: np.ndarray, chunk_s: float, config: Liv
             session.add_samples(audio[start:start + step])
         fed.set()
 
+    started = time.perf_counter()
     threading.Thread(target=microphone, daemon=True).start()
     while not fed.is_set():
-        if session.ready():
-            for item in session.updates():
-                if isinstance(item, LiveUpdate):
-                    _record(item, time.monotonic() - t0, result)
-        else:
+        if not (session.ready() and _drain(session.updates(), result)):
             time.sleep(0.01)
-    for item in session.finish():
-        if isinstance(item, LiveUpdate):
-            _record(item, time.monotonic() - t0, result)
-    stats = session.stats()
-    result.first_token_ms = list(session._first_token_ms)
-    result.decodes = stats.decodes
-    result.wall_seconds = time.monotonic() - t0
-    result.words = [(w.text, w.start, w.end) for w in session.policy.committed]
-    return result
+    return _finish(session, result, started, clock_zero=t0)

@@ -106,18 +106,22 @@ if (media && media.getUserMedia) {
 """
 
 # Started once the Live tab shows: every change of the committed (and tentative) text with
-# the page's time.
+# the page's time, and of its final part.
 WATCH_TRANSCRIPT_JS = """
 () => {
   window.__wkVersions = [];
+  window.__wkFinals = [];
   window.__wkTentative = false;
   const box = document.querySelector('#live-transcript');
-  let last = null;
+  let last = null, lastFinal = null;
   const look = () => {
     const c = box.querySelector('.wk-committed');
     const text = c ? c.textContent.trim() : '';
+    const f = box.querySelector('.wk-final');
+    const finalText = f ? f.textContent.trim() : '';
     if (box.querySelector('.wk-tentative')) window.__wkTentative = true;
     if (text !== last) { last = text; window.__wkVersions.push([performance.now(), text]); }
+    if (finalText !== lastFinal) { lastFinal = finalText; window.__wkFinals.push([performance.now(), finalText]); }
   };
   new MutationObserver(look).observe(box, {subtree: true, childList: true, characterData: true});
   look();
@@ -143,6 +147,8 @@ class PageSession:
     copied: Optional[str] = None  # what "Copy text" put on the clipboard (copy=True)
     errors: List[str] = field(default_factory=list)  # the page's uncaught errors
     policy: str = ""  # the 'A word is final when' choice the page had at Record
+    # each final text (the final passes' words, .wk-final) the page showed, and when
+    final_versions: List[Tuple[float, str]] = field(default_factory=list)
 
     @property
     def first_commit_s(self) -> Optional[float]:
@@ -222,8 +228,9 @@ def record_session(browser, url: str, seconds: float, policy: Optional[str] = No
             page.screenshot(path=str(screenshots / "live_final.png"))
         copied = _copy_text(page, url) if copy else None
         versions = [((t - clicked) / 1000, text) for t, text in page.evaluate("() => window.__wkVersions")]
+        finals = [((t - clicked) / 1000, text) for t, text in page.evaluate("() => window.__wkFinals")]
         return PageSession(
-            final=final, versions=versions, mic_opened_s=mic_opened, stopped_s=(stopped - clicked) / 1000,
+            final=final, versions=versions, final_versions=finals, mic_opened_s=mic_opened, stopped_s=(stopped - clicked) / 1000,
             tentative_seen=page.evaluate("() => window.__wkTentative"),
             stats_text=page.locator("#live-stats").inner_text(),
             stats_details=page.locator("#live-stats .wk-tile").evaluate_all("els => els.map(e => e.title)"),

@@ -1,21 +1,25 @@
-"""Live transcription: audio arriving in chunks, re-decoded as it comes, with the words
-that become final (committed) separated from those that may still change (tentative).
+"""Live transcription in two passes: streamed words as audio arrives (committed, and
+tentative ones that may still change), then each utterance's final text from one decode
+that heard all of it.
 
     from whisper_demo.live import LiveConfig, model_session
     session = model_session(model, DecodeOptions(cache="static"), LiveConfig())
     session.add_audio(48000, chunk)            # any thread
     for item in session.updates(): ...         # TokenEvents, then a LiveUpdate
-    for item in session.finish(): ...          # the rest, committed
-    print(session.committed_text)
+    for item in session.finish(): ...          # the rest, made final
+    print(session.final_text)
 
-alignatt.py pure, the default: words committed once the attention has passed them (AlignAtt)
+alignatt.py pure, the default: streamed words committed once the attention has passed them
 policy.py   pure: the other policy (LocalAgreement), and the committed words both share
 config.py   LiveConfig, the policy it makes, the check that a decoder gives what it reads
 hypotheses.py a decode's result as the policies read it; attempt.py one call to the decoder
-vad.py      is there speech, where did it end (Silero VAD)
-session.py  one session: audio buffer, when to re-decode, prompt, stats; model_session()
+final_pass.py the final pass's decoder, which of its words are new, where a long buffer is cut
+revision.py what a final pass changed of the words the page showed (pure)
+vad.py      is there speech, where did an utterance end (Silero VAD)
+inbox.py    the audio other threads hand a session, and when each part arrived
+session.py  one session: the buffer, when each pass runs, prompt, stats; model_session()
 snapshots.py what it publishes: LiveStats and LiveUpdate, immutable
-decoder.py  the model as the callable a session decodes with
+decoder.py  the model as the streamed pass's callable; a decode that looped
 worker.py   the thread that drives a session and publishes immutable views
 registry.py sessions by key, idle ones closed
 mic.py      this computer's microphone: the terminal mode and the page's desktop source

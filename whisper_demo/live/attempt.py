@@ -21,13 +21,15 @@ class Attempt:
     last_event: Optional[TokenEvent] = None
     result: Optional[DecodeResult] = None
     looped: bool = False
+    stopped: bool = False  # stopped before its end (decode_attempt's `stop`): no result
     token_peaks: List[TokenPeak] = field(default_factory=list)  # what AlignAtt reads
 
 
 def decode_attempt(decoding: Iterator[Union[TokenEvent, DecodeResult]], newest_arrival: Optional[float],
-                   clock: Callable[[], float], offset_s: float):
+                   clock: Callable[[], float], offset_s: float, stop: Optional[Callable[[], bool]] = None):
     """Run a decode (the decoder's generator over the buffer, which starts at `offset_s`
-    stream seconds): its TokenEvents; returns what came of it (an Attempt). A decode that
+    stream seconds): its TokenEvents; returns what came of it (an Attempt). `stop`, asked
+    after each token: True ends the decode there (the session no longer needs it). A decode that
     looped ("aaaa...", a phrase over and over) is found when it ends, by openai-whisper's
     test on its whole text (decoder.looped). Not earlier: the text so far can fail the
     test where the whole text passes (a run of "uh, uh, uh, ..." before the speech goes
@@ -43,6 +45,9 @@ def decode_attempt(decoding: Iterator[Union[TokenEvent, DecodeResult]], newest_a
                     attempt.first_token_ms = (clock() - attempt.newest_arrival) * 1000
                 attempt.last_event = item
                 yield item
+                if stop is not None and stop():
+                    attempt.stopped = True
+                    return attempt
             else:
                 attempt.result = item
     finally:

@@ -12,32 +12,36 @@ from .policy import AgreementPolicy, CommittedWords
 
 @dataclass(frozen=True)
 class LiveConfig:
-    # Which words are final: "alignatt" (the model's attention has passed them,
-    # alignatt.py; its decoder must be asked for attention: model_session, or
-    # model_decoder(..., alignatt=True)) or "agreement" (two decodes agree, policy.py).
-    # AlignAtt commits within a WER point of offline over the dev sessions, one session per
-    # recording, at half agreement's delay (docs/live.md)
+    # Which streamed words are committed before their utterance's final pass: "alignatt"
+    # (the model's attention has passed them, alignatt.py; its decoder must be asked for
+    # attention: model_session, or model_decoder(..., alignatt=True)) or "agreement" (two
+    # decodes agree, policy.py), about twice AlignAtt's delay (docs/live.md)
     policy: str = "alignatt"
     frame_seconds: float = 0.4  # alignatt: a token read this close to the buffer's end waits
-    # alignatt: below this much buffer a word needs more audio after it (alignatt.py, rule 5)
+    # alignatt: below this much buffer a word needs more audio after it (alignatt.py, rule 4)
     start_seconds: float = 2.0
-    # alignatt: a word the model gives less is doubted (rule 8). Words written where the
-    # speaker had stopped came out at 0.00-0.07, most words heard at 0.2-0.95; at 0.1
-    # the dev sessions lost 13 % of AlignAtt's errors, at 0.2 no more (docs/live-notebook.md)
-    min_word_probability: float = 0.1
     min_new_seconds: float = 0.5  # new audio that makes a re-decode worth running
     right_context_seconds: float = 0.6  # see policy.py, rule 3
     min_vote_seconds: float = 2.0  # see policy.py, rule 3
-    pause_seconds: float = 0.5  # silence after speech that ends an utterance
+    # silence after speech that ends an utterance: its final pass runs then (final_pass.py)
+    pause_seconds: float = 0.5
+    # The final pass decodes in openai-whisper's own arithmetic whatever the streamed pass's
+    # precision (the fast mode on the CPU): its text is the one that stays, and on hard
+    # speech the fast mode's tokens differ ("demotibble force to honor" for "The Montreal
+    # Force Deliner"). Its cost is one exact encoder pass per utterance.
+    final_precision: str = "exact"
     min_speech_seconds: float = 0.2  # voiced audio needed before anything is decoded
-    long_pause_seconds: float = 1.0  # once all is committed, a pause this long is cut
-    lead_in_seconds: float = 0.3  # silence kept before the next speech after such a cut
-    # past this, cut at a committed sentence or segment end. Late, because a cut costs words
-    # (the decodes after it hear less of what came before) and a long buffer costs little
-    # (its committed words are given, not decoded): 20 s made 47 errors where 15 s made 52
-    # over the running speech of sessions_bench (docs/live-notebook.md, seventh session).
-    cut_after_seconds: float = 20.0
-    max_buffer_seconds: float = 25.0  # past this, cut at the last committed word
+    lead_in_seconds: float = 0.3  # silence kept before the first voice of a buffer
+    # The buffer holds everything since its last cut, pauses included, as an offline window
+    # does: each final pass hears the utterances before its own. A buffer this long gets a
+    # final pass of these seconds and is cut where it says (final_pass.cut_point), before
+    # it outgrows Whisper's 30 s window. Late, because a cut costs words (the decodes after
+    # it hear less of what came before) and a long buffer costs little (its final words
+    # are given, not decoded).
+    cut_after_seconds: float = 25.0
+    # ... and at least this much of those seconds' end stays unfinal, in the buffer: the
+    # words there were heard with little audio after them
+    cut_keep_seconds: float = 3.0
     hard_limit_seconds: float = 29.5  # one Whisper window: older audio is dropped (counted)
     max_backlog_seconds: float = 120.0  # audio waiting for a stalled decoder
     prompt_chars: int = 200  # committed text given as the prompt (whisper_streaming's 200)
@@ -55,15 +59,13 @@ class LiveConfig:
 
 
 def make_policy(config: LiveConfig) -> CommittedWords:
-    """The policy the config names, with the session's buffer limits."""
-    limits = dict(cut_after_seconds=config.cut_after_seconds, max_buffer_seconds=config.max_buffer_seconds)
+    """The streamed pass's policy the config names."""
     if config.policy == "alignatt":
-        return AlignAttPolicy(frame_seconds=config.frame_seconds, start_seconds=config.start_seconds,
-                              min_probability=config.min_word_probability, **limits)
+        return AlignAttPolicy(frame_seconds=config.frame_seconds, start_seconds=config.start_seconds)
     if config.policy != "agreement":
         raise ValueError(f"unknown live policy {config.policy!r}: agreement or alignatt")
     return AgreementPolicy(right_context_seconds=config.right_context_seconds,
-                           min_vote_seconds=config.min_vote_seconds, **limits)
+                           min_vote_seconds=config.min_vote_seconds)
 
 
 def check_decoder(decoder: Decoder, config: LiveConfig) -> None:

@@ -49,7 +49,7 @@ class ContextKeeper:
         return self._unprompted_buffer == buffer_start
 
     def for_decode(self, buffer_start: int, buffer_start_s: float) -> DecodeContext:
-        prompt = self._prompt(buffer_start, buffer_start_s)
+        prompt = self.prompt(buffer_start, buffer_start_s)
         draft = None
         if self._draft is not None and self._draft[:2] == (buffer_start, prompt):
             draft = self._draft[2]  # same audio start and prompt: the text so far is known
@@ -73,9 +73,14 @@ class ContextKeeper:
         """The buffer was cut: loops are counted per buffer (LiveConfig.loop_reset_after)."""
         self.loops_in_row = 0
 
-    def _prompt(self, buffer_start: int, buffer_start_s: float) -> Optional[str]:
-        if self.unprompted(buffer_start):
-            return None
+    def prompt(self, buffer_start: int, buffer_start_s: float) -> Optional[str]:
+        """A streamed decode's prompt: the text before the buffer, unless its decodes
+        keep looping on it."""
+        return None if self.unprompted(buffer_start) else self.text_before(buffer_start_s)
+
+    def text_before(self, buffer_start_s: float) -> Optional[str]:
+        """The committed text said before the buffer (after a cut or a restart, all of it
+        final): the final pass's prompt, whose temperature fallback deals with loops."""
         text = " ".join(w.text for w in self.policy.committed_before(buffer_start_s))
         return text[-self.prompt_chars:].lstrip() or None
 

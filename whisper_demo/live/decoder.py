@@ -59,12 +59,16 @@ def model_decoder(model, options: Optional[DecodeOptions] = None, alignatt: bool
     # A live re-decode takes what is fast where transcribe() is thorough: no retry at higher
     # temperatures (a loop is the policy's to handle, decoder.looped), digital silence and
     # no-speech windows skipped before any token, no prompt carried across a silence, the
-    # language read from the buffer's own window (events.DecodeOptions says each).
+    # language read from the buffer's own window (events.DecodeOptions says each), and the
+    # encoder run over the buffer's audio and 8 s of silence, not a 30 s window (encoder.py;
+    # whisper.cpp's audio_ctx): its cost falls with the buffer (tiny.en on this 2-core AVX2
+    # CPU: first token 216 ms instead of 483, words committed 0.4 s sooner) while the final
+    # pass, which decodes a whole window as transcribe does, gives the text that stays.
     options = replace(options or DecodeOptions(), word_timestamps=True, timestamps=not alignatt,
                       temperature_fallback=False, skip_digital_silence=True,
                       no_speech_before_decoding=True, reset_prompt_after_silence=True,
-                      detect_language_from_window=True, attention=alignatt,
-                      word_probabilities=alignatt, single_window=True)
+                      detect_language_from_window=True, attention=alignatt, single_window=True,
+                      encode_audio_only=True)
     # Text is encoded alike in every language and task; only the special tokens differ.
     tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages)
 
@@ -87,6 +91,7 @@ def model_decoder(model, options: Optional[DecodeOptions] = None, alignatt: bool
 
     decode.options = options  # what the panel shows (cache mode, beams)
     decode.tokenizer = tokenizer
+    decode.model = model  # the final pass decodes with the same model and cache (final_pass.py)
     return decode
 
 
@@ -124,3 +129,20 @@ def looped(text: str) -> bool:
     than 2.4x, the test openai-whisper's transcribe applies before it retries a window."""
     data = text.encode("utf-8")
     return len(data) > 40 and len(data) / len(zlib.compress(data)) > COMPRESSION_RATIO_LIMIT
+
+
+LOOP_COPIES = 3  # a phrase written a third time in a row, in a decode that looped
+
+
+def loop_start(norms: Sequence[str], longest: int = 5) -> int:
+    """Index of the first word of the third copy in a row of a 1-`longest` word phrase
+    (len(norms) if there is none): where a decode that looped() stopped hearing and went
+    on writing. Twice is speech often enough ("no, no"); the tentative words shown stop
+    there, so the page does not fill with "-f -f -f ..." while the speaker goes on."""
+    for i in range(len(norms)):
+        for n in range(1, longest + 1):
+            start = i - (LOOP_COPIES - 1) * n
+            if start >= 0 and i + n <= len(norms) and all(
+                    norms[i:i + n] == norms[start + k * n:start + (k + 1) * n] for k in range(LOOP_COPIES - 1)):
+                return i
+    return len(norms)

@@ -3,7 +3,6 @@ AlignAtt where the alignment heads' attention peaked for each word's tokens."""
 
 from __future__ import annotations
 
-import math
 import re
 from typing import List, Optional, Sequence, Tuple
 
@@ -30,8 +29,7 @@ def hypothesis(result: Optional[DecodeResult], offset_s: float, end_s: float,
     without the prefix it was given (those words are committed already)."""
     if result is None:
         return Hypothesis((), (), offset_s, end_s)
-    words = tuple(TimedWord(w.text.strip(), offset_s + w.start, offset_s + w.end,
-                            1.0 if math.isnan(w.probability) else w.probability)
+    words = tuple(TimedWord(w.text.strip(), offset_s + w.start, offset_s + w.end)
                   for segment in result.segments for w in segment.words if w.text.strip())
     timed = any(peak is not None for _, peak in token_peaks)
     peaks = tuple(word_peaks([w.text for w in words], token_peaks)) if timed else ()

@@ -37,8 +37,8 @@ DIM, RESET, CLEAR_LINE = "\x1b[2m", "\x1b[0m", "\r\x1b[2K"
 
 
 class _TerminalView:
-    """Committed text printed once, in normal type; the tentative tail and a status line
-    rewritten in place, dimmed."""
+    """Final text printed once, in normal type, a line per utterance; the streamed words
+    not final yet, the tentative tail and a status line rewritten in place, dimmed."""
 
     def __init__(self, out: TextIO, color: bool):
         self.out = out
@@ -134,9 +134,10 @@ def transcribe_microphone(model, options: Optional[DecodeOptions] = None, device
         if isinstance(item, TokenEvent):
             last_event = item
             _, tentative = live.preview(item)
-            view.show("", tentative, _status(item, live))
-        else:
-            view.show(item.new_committed, item.tentative, _status(last_event, live))
+            view.show("", f"{live.streamed_text} {tentative}".strip(), _status(item, live))
+        else:  # a final pass prints its utterance's final text
+            final = " ".join(item.revision.words) if item.revision is not None else ""
+            view.show(final, f"{item.streamed} {item.tentative}".strip(), _status(last_event, live))
 
     mic.start()
     try:
@@ -163,14 +164,15 @@ def transcribe_microphone(model, options: Optional[DecodeOptions] = None, device
     except KeyboardInterrupt:  # a second Ctrl-C: skip the final decode
         pass
     view.end()
-    transcript = live.committed_text
+    transcript = live.final_text
     stats = live.stats()
     out.write("\n--- transcript ---\n" + (transcript or "(nothing heard)") + "\n")
+    summary = f"{stats.decodes} re-decodes, {stats.final_passes} final passes"
     if stats.first_token_ms_median is not None:
-        commit = (f", speech -> commit median {stats.commit_s_median:.1f} s"
-                  if stats.commit_s_median is not None else "")
-        out.write(f"({stats.decodes} re-decodes, chunk end -> first token median "
-                  f"{stats.first_token_ms_median:.0f} ms{commit})\n")
+        summary += f", chunk end -> first token median {stats.first_token_ms_median:.0f} ms"
+    if stats.commit_s_median is not None:
+        summary += f", speech -> commit median {stats.commit_s_median:.1f} s"
+    out.write(f"({summary})\n")
     out.flush()
     return transcript
 

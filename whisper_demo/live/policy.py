@@ -1,8 +1,11 @@
-"""When a word heard live becomes final: a pure policy over timestamped hypotheses.
+"""When a streamed word becomes committed: a pure policy over timestamped hypotheses.
 
 No audio, no clock, no threads, no model: each re-decode of the audio buffer comes in as
-words with times in stream seconds; out come the words to commit (never taken back), the
-words still tentative, and where the session may cut its audio buffer.
+words with times in stream seconds; out come the words to commit (shown in normal type,
+never taken back by the streamed pass) and the words still tentative. What is *final* is
+not a policy's call: at each end of an utterance the session gives the utterance the text
+of one decode that heard all of it (final_pass.py), and the policy's committed words are
+replaced by it (CommittedWords.finalize). A policy only has to be quick and rarely wrong.
 
 The rules, after whisper_streaming's HypothesisBuffer (Machacek, Dabre and Bojar, 2023),
 which compares hypotheses by time, not by word index:
@@ -33,21 +36,6 @@ which compares hypotheses by time, not by word index:
    0.3 s made 34.7 % (offline: 30.7 %), for 0.26 s more delay.
    A previous decode of less than `min_vote_seconds` of buffer gets no vote at all: from
    1-1.5 s of audio tiny.en heard "But when the" for "The weather", twice.
-4. End of speech: when the voice detector says the speaker stopped, this one decode heard
-   the whole utterance and the silence after it, as an offline decode does: its words up
-   to the end of speech are committed without waiting for a second decode. Words placed
-   after the end of speech were heard in silence: they are dropped, never committed.
-   Unless the previous decode heard a word in full and said something else ("my fellow"
-   before the pause, "am I fellow" after it): then the words before it are committed and
-   one more decode settles the rest (the next decode after that commits what it hears).
-5. The buffer may be cut after committed text (the session keeps the audio before a cut
-   as context otherwise): past `cut_after_seconds`, at the last but one committed sentence
-   end or Whisper segment end (the last committed sentence stays as context); past
-   `max_buffer_seconds`, at the last committed word, or (if nothing agreed for that long)
-   after the words that end `keep_seconds` before the buffer's end, which are committed.
-6. At the end of the session the last decode's words are committed, unless they are the
-   previous hypothesis with words left out (Whisper sometimes skips a repeated phrase):
-   then the fuller one is.
 """
 
 from __future__ import annotations
@@ -60,7 +48,6 @@ from typing import List, Optional, Sequence, Tuple
 START_SLACK_S = 0.1  # a word starting this close before the committed end is still new
 REPEAT_WINDOW_S = 1.0  # a repeat is looked for only right after the committed end
 MAX_REPEAT_WORDS = 5
-SAME_BOUNDARY_S = 0.5  # cut points closer than this are one boundary
 NO_AUDIO_S = 0.02  # a word aligned to less than one alignment step took no audio
 
 
@@ -75,9 +62,6 @@ class TimedWord:
     text: str  # as Whisper wrote it, punctuation included, no surrounding spaces
     start: float  # stream seconds
     end: float
-    # how sure the model was of it (its tokens' mean probability, where the decode computed
-    # it: DecodeOptions.word_probabilities); 1.0 where it did not. Not part of equality.
-    probability: float = field(default=1.0, compare=False)
 
     @property
     def norm(self) -> str:
@@ -109,20 +93,17 @@ class Hypothesis:
 class Decision:
     committed: Tuple[TimedWord, ...]  # newly committed, in order
     tentative: Tuple[TimedWord, ...]  # the rest of this hypothesis (may still change)
-    cut_at: Optional[float] = None  # the buffer may be cut here (stream seconds)
-    reason: str = ""  # which rule committed or cut, for the log and the panel
+    reason: str = ""  # which rule committed, for the log and the panel
     edge: Optional[float] = None  # AlignAtt: a token read past this (stream seconds) stops the commit
 
 
 @dataclass
 class CommittedWords:
-    """What every live policy keeps: the committed words, the tentative rest of the last
-    hypothesis, and where the buffer may be cut (rule 5). A policy decides which words of
-    a hypothesis to commit and calls _commit."""
+    """What every live policy keeps: the committed words of the whole session (those made
+    final first, then the streamed ones after them) and the tentative rest of the last
+    hypothesis. A policy decides which words of a hypothesis to commit and calls _commit;
+    the session's final passes replace streamed words with final ones (finalize)."""
 
-    cut_after_seconds: float = 20.0  # the session passes its own (LiveConfig says why)
-    max_buffer_seconds: float = 25.0
-    keep_seconds: float = 5.0  # a forced cut keeps this much of the buffer's end uncommitted
     # A decode whose text repeats itself (decoder.looped) gets no vote, unless the policy
     # tells a loop from a true repeat itself (AlignAtt, by where the attention reads).
     reads_loops = False
@@ -144,89 +125,52 @@ class CommittedWords:
         """Committed words said after a time: those of a buffer starting there."""
         return [w for w in self.committed if w.end > stream_seconds + START_SLACK_S]
 
-    def shown_committed(self, last: Optional[int] = None) -> str:
-        """The committed words (the `last` of them) as the page shows them."""
-        first = 0 if last is None else len(self.committed) - last
-        return self._shown(self.committed[first:], self.committed[first - 1] if first > 0 else None)
+    def shown_committed(self, last: Optional[int] = None, first: Optional[int] = None) -> str:
+        """The committed words (the `last` of them, or those from index `first`) as the page
+        shows them."""
+        if first is None:
+            first = 0 if last is None else len(self.committed) - last
+        return " ".join(self.shown_words(first))
+
+    def shown_words(self, first: int = 0, last: Optional[int] = None) -> List[str]:
+        """Committed words first..last (exclusive) as the page shows them, one string each."""
+        words = self.committed[first:last]
+        return self._shown(words, self.committed[first - 1] if first > 0 else None)
 
     def shown_after(self, words: Sequence[TimedWord]) -> str:
         """Words that follow the committed ones (the tentative), as the page shows them."""
-        return self._shown(words, self.committed[-1] if self.committed else None)
+        return " ".join(self._shown(words, self.committed[-1] if self.committed else None))
 
-    def _shown(self, words: Sequence[TimedWord], before: Optional[TimedWord]) -> str:
+    def _shown(self, words: Sequence[TimedWord], before: Optional[TimedWord]) -> List[str]:
         # a policy whose decoder sees every committed period shows Whisper's text as it is
-        return " ".join(shown_texts(words, before) if self.reopens_last_word else (w.text for w in words))
+        return shown_texts(words, before) if self.reopens_last_word else [w.text for w in words]
 
-    def update(self, hyp: Hypothesis, speech_end: Optional[float] = None) -> Decision:
+    def update(self, hyp: Hypothesis) -> Decision:
         raise NotImplementedError
 
-    def finish(self, hyp: Optional[Hypothesis] = None, speech_end: Optional[float] = None) -> Decision:
-        raise NotImplementedError
-
-    def _commit(self, words, tentative, hyp: Optional[Hypothesis], reason: str) -> Decision:
-        words, tentative = list(words), list(tentative)
-        cut_at = None
-        if hyp is not None:
-            cut_at, forced = self._cut_point(words, tentative, hyp)
-            if forced:
-                words, tentative = words + forced, tentative[len(forced):]
-                reason = "buffer full: committed what is older than the last seconds"
+    def _commit(self, words, tentative, reason: str) -> Decision:
         self.committed.extend(words)
-        self.previous = tentative
-        return Decision(tuple(words), tuple(tentative), cut_at, reason)
+        self.previous = list(tentative)
+        return Decision(tuple(words), tuple(tentative), reason)
 
-    def _cut_point(self, words, tentative, hyp: Hypothesis):
-        """(cut_at, words forced into the commit) by rule 5."""
-        length = hyp.buffer_end - hyp.buffer_start
-        if length <= self.cut_after_seconds:
-            return None, []
-        done = [w for w in self.committed + words if w.end > hyp.buffer_start]
-        last_end = done[-1].end if done else None
-        # Sentence and segment ends inside the committed text of this buffer. The cut goes
-        # at the last but one, as whisper_streaming cuts at its last but one segment: the
-        # last committed sentence stays in the buffer as what the next words are heard
-        # after (cut right before them, tiny.en misheard "a small dog walked" as "a small
-        # dark walk"); its words are not committed again (rule 1).
-        ends = sorted({w.end for w in done if w.ends_sentence}
-                      | {e for e in hyp.segment_ends
-                         if last_end is not None and hyp.buffer_start < e <= last_end + START_SLACK_S})
-        # a sentence's last word and the segment end after it name one boundary, twice
-        ends = [e for e, later in zip(ends, ends[1:] + [float("inf")]) if later - e > SAME_BOUNDARY_S]
-        if len(ends) >= 2:
-            return ends[-2], []
-        if length <= self.max_buffer_seconds:
-            return None, []
-        if last_end is not None:
-            return last_end, []
-        # Nothing agreed for the whole buffer: take the older words as they are.
-        limit = hyp.buffer_end - self.keep_seconds
-        forced = list(itertools.takewhile(lambda w: w.end <= limit, tentative))
-        return (forced[-1].end if forced else limit), forced
+    def finalize(self, first: int, replaced: int, final: Sequence[TimedWord],
+                 tentative: Sequence[TimedWord]) -> None:
+        """A final pass judged committed words first..first+replaced (streamed, in order):
+        they become `final`; `tentative` is what is left of the last hypothesis after it."""
+        self.committed[first:first + replaced] = list(final)
+        self.previous = list(tentative)
+
 
 @dataclass
 class AgreementPolicy(CommittedWords):
     right_context_seconds: float = 0.6  # audio the earlier decode must have heard after a word
     min_vote_seconds: float = 2.0  # an earlier decode of less audio than this gets no vote
     _previous_end: float = 0.0  # where the audio of the last hypothesis ended
-    _waited_at_pause: bool = False  # the last end-of-speech decode left a disagreement open
 
-    def update(self, hyp: Hypothesis, speech_end: Optional[float] = None) -> Decision:
-        """Take one hypothesis. `speech_end`: where the speaker stopped, if the voice
-        detector saw the speech end inside this buffer (and the pause after it)."""
+    def update(self, hyp: Hypothesis) -> Decision:
+        """Take one hypothesis: commit what it and the previous one agree on (rule 3)."""
         new = self._new_words(hyp)
         previous_end, self._previous_end = self._previous_end, hyp.buffer_end
-        if speech_end is not None:
-            heard = [w for w in new if w.start < speech_end]
-            contradiction = self._contradiction(heard, previous_end)
-            if contradiction is None or self._waited_at_pause:
-                self._waited_at_pause = False
-                return self._commit(heard, (), hyp, reason="end of speech")
-            # This decode and the previous one both heard a word in full and disagree
-            # on it: commit what they agree on and let one more decode settle the rest.
-            self._waited_at_pause = True
-            return self._commit(heard[:contradiction], heard[contradiction:], hyp,
-                                reason="end of speech; two decodes disagree, one more decides")
-        self._waited_at_pause = False
         agreed = _common_prefix(self.previous, new)
         # A word at the very end of the audio the previous decode heard may have been cut
         # short or guessed without what follows: its agreement does not count yet. Nor
@@ -236,32 +180,7 @@ class AgreementPolicy(CommittedWords):
             heard_until = float("-inf")
         while agreed and new[agreed - 1].end > heard_until:
             agreed -= 1
-        reason = "two decodes agreed" if agreed else ""
-        return self._commit(new[:agreed], new[agreed:], hyp, reason)
-
-    def _contradiction(self, words: List[TimedWord], previous_end: float) -> Optional[int]:
-        """Index of the first of `words` where the previous hypothesis says otherwise about
-        audio it heard in full (right context included); None if they agree there."""
-        agreed = _common_prefix(self.previous, words)
-        if agreed >= min(len(self.previous), len(words)):
-            return None
-        if self.previous[agreed].end > previous_end - self.right_context_seconds:
-            return None  # the previous decode guessed at the edge of its audio
-        return agreed
-
-    def finish(self, hyp: Optional[Hypothesis] = None, speech_end: Optional[float] = None) -> Decision:
-        """The session ended: commit what the last decode heard, or without one the last
-        tentative words. If the last decode is the previous hypothesis with words left out
-        (Whisper sometimes skips a repeated phrase), the fuller one is kept (rule 6)."""
-        if hyp is None:
-            return self._commit(self.previous, (), None, reason="finish")
-        words = self._new_words(hyp)
-        if speech_end is not None:
-            words = [w for w in words if w.start < speech_end]
-        reason = "finish"
-        if _leaves_out_words_of(words, self.previous):
-            words, reason = list(self.previous), "finish (kept the fuller previous hypothesis)"
-        return self._commit(words, (), None, reason=reason)
+        return self._commit(new[:agreed], new[agreed:], "two decodes agreed" if agreed else "")
 
     # ------------------------------------------------------------------ rules
 
@@ -344,15 +263,6 @@ def _silent_run(words: Sequence[TimedWord]) -> int:
 def _took_no_audio(word: TimedWord) -> bool:
     """Aligned to an instant: the alignment found nothing said for it."""
     return word.end - word.start < NO_AUDIO_S
-
-
-def _leaves_out_words_of(words: Sequence[TimedWord], fuller: Sequence[TimedWord]) -> bool:
-    """True when `words` are `fuller` with some left out: shorter, in order, same last word."""
-    short, full = [w.norm for w in words], [w.norm for w in fuller]
-    if not short or len(short) >= len(full) or short[-1] != full[-1]:
-        return False
-    remaining = iter(full)
-    return all(word in remaining for word in short)
 
 
 def _common_prefix(a: Sequence[TimedWord], b: Sequence[TimedWord]) -> int:

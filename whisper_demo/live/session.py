@@ -1,35 +1,35 @@
-"""One live session: the audio buffer, when to re-decode it, and what to show.
+"""One live session: the audio buffer, when to decode it, and what to show.
 
-    session = model_session(model, DecodeOptions())  # or LiveSession(decoder, config, vad)
+    session = model_session(model, DecodeOptions())  # or LiveSession(decoder, final_decoder, ...)
     session.add_audio(48000, int16_chunk)      # any rate and size; thread safe, never waits
-    for item in session.updates():             # nothing unless a re-decode is due
-        if isinstance(item, TokenEvent): ...   # one per decoder step of the re-decode
+    for item in session.updates():             # nothing unless a decode is due
+        if isinstance(item, TokenEvent): ...   # one per decoder step
         else: update = item                    # LiveUpdate: an immutable snapshot
-    for item in session.finish(): ...          # decodes the rest and commits it
-    session.committed_text
+    for item in session.finish(): ...          # the rest, made final
+    session.final_text
 
-The decoder is passed in (a callable: audio, prompt -> TokenEvents then a DecodeResult
-with word timestamps), the voice detector too, so the session can be driven by a stand-in
-of either. What is final is the policy's call (policy.py); this module only feeds it:
+Two passes, as production recognizers give interim and final results:
 
-* Audio arrives on any thread and waits in a pending list; updates() moves it into the
-  buffer and the voice detector scores it (on the decoding thread).
-* A re-decode runs when `min_new_seconds` of audio came since the last one, or as soon
-  as the speaker has paused for `pause_seconds` after words not yet committed: that
-  decode commits the utterance (policy rule 4), so it does not wait for the next
-  `min_new_seconds` mark. Nothing is decoded while the buffer holds no speech (silence
-  is trimmed to a short lead-in), nor when no new speech came and every word heard is
-  committed.
-* Each decode is given the committed text said before the buffer as its prompt, the
-  words committed from the buffer as the start of its transcript, and the previous
-  decode's tokens as a draft; a loop takes the prefix or the prompt away for the rest of
-  the buffer (context.py).
-* The buffer is cut where the policy allows it, moved into the pause that follows when
-  there is one (a cut in silence never splits a word), so the buffer, the decode and the
-  cache stay bounded however long the session runs.
+* The streamed pass re-decodes the buffer (the audio since the last cut) whenever
+  `min_new_seconds` of audio came, and its policy (alignatt.py, policy.py) commits the
+  words it is sure of within about a second: normal type on the page, never taken back
+  by the streamed pass. The rest of each decode is tentative.
+* The final pass (final_pass.py) runs at each end of an utterance: when the voice
+  detector has heard `pause_seconds` without voice after speech, when the buffer reaches
+  `cut_after_seconds` (it is then cut), and at finish(). It decodes the buffer's audio up
+  to that point with transcribe's defaults; its words replace the streamed ones of the
+  utterance, and the page marks those it changed (revision.py).
 
-All state belongs to the thread that calls updates()/finish() (the worker); other threads
-only add audio (under a lock) or read the LiveUpdates it produced, which never change.
+Which audio a final pass decodes depends on the audio alone: the end of an utterance is
+the voice detector's (frame by frame), a buffer restarts `lead_in_seconds` before its
+first voice, and a long buffer is cut where the final pass of its first
+`cut_after_seconds` says; the prompt and the given words are earlier final text, and the
+sampling of a window that falls back is seeded. So the final text is the same however
+the chunks arrive and whenever the decodes run.
+
+The decoders are passed in (callables, so a test can script them), the voice detector
+too. All state belongs to the thread that calls updates()/finish() (the worker); other
+threads only add audio (inbox.py) or read the LiveUpdates it produced, which never change.
 """
 
 from __future__ import annotations
@@ -37,126 +37,158 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Callable, Deque, Iterator, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import Callable, Deque, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from ..audio import SAMPLE_RATE, load_audio_chunk
+from ..audio import SAMPLE_RATE, ChunkStream
 from ..events import DecodeResult, TokenEvent
+from .attempt import decode_attempt
 from .config import LiveConfig, check_decoder, make_policy
 from .context import ContextKeeper
-from .decoder import Decoder, model_decoder
-from .attempt import decode_attempt
+from .decoder import Decoder, Prefix, loop_start, model_decoder
+from .final_pass import (FinalDecoder, Given, cut_point, midpoint, model_final_decoder, new_final_words,
+                         result_words)
 from .hypotheses import hypothesis
-from .policy import Decision, TimedWord
+from .inbox import AudioInbox
+from .policy import START_SLACK_S, Decision, TimedWord
+from .revision import Revision, compare
 from .snapshots import BufferView, LiveStats, LiveUpdate, buffer_view, percentile
-from .vad import VoiceDetector
+from .vad import FRAME, VoiceDetector
+
+
+@dataclass(frozen=True)
+class _FinalDue:
+    """A final pass that is due: decode the buffer up to `until` (a stream sample)."""
+
+    until: int
+    speech_end: Optional[int]  # a pause: where the speech ended (stream sample)
+    cut: bool  # the buffer is full: cut it after the pass
 
 
 class LiveSession:
     """One live session (a browser tab or a microphone). Many may share one model."""
 
-    def __init__(self, decoder: Decoder, config: Optional[LiveConfig] = None,
-                 vad: Optional[VoiceDetector] = None, clock: Callable[[], float] = time.monotonic):
-        self.decoder = decoder  # replaced by set_decoder (e.g. the cache switch)
+    def __init__(self, decoder: Decoder, config: Optional[LiveConfig] = None, vad: Optional[VoiceDetector] = None,
+                 clock: Callable[[], float] = time.monotonic, final_decoder: Optional[FinalDecoder] = None):
+        """final_decoder: the final pass's; by default the streamed decoder's model with its
+        options (cache mode, precision), as transcribe decodes (a scripted decoder that has
+        no model must be given one)."""
         self.config = config or LiveConfig()
+        check_decoder(decoder, self.config)
+        self.decoder = decoder  # replaced by set_decoder (e.g. the cache switch)
+        self.final_decoder = final_decoder or final_decoder_like(decoder, self.config)
         self.vad = vad if vad is not None else VoiceDetector()
         self.clock = clock
-        check_decoder(decoder, self.config)
         self.policy = make_policy(self.config)
-
-        self._lock = threading.Lock()  # guards the audio that waits and its arrival marks
-        self._pending: List[np.ndarray] = []
-        self._pending_samples = 0
-        self._received = 0  # stream samples received
-        self._arrivals: Deque[Tuple[int, float]] = deque()  # (stream end sample, wall time)
-        self._first_arrival: Optional[float] = None
-        self._first_chunk = 0  # samples
-        self._max_chunk = 0
-        self._behind = 0.0  # wall time since the first chunk minus audio after it
-        self._dropped = 0  # samples
+        self.inbox = AudioInbox(self.config.max_backlog_seconds, clock)
+        self._chunks = ChunkStream()
+        self._resampling = threading.Lock()
 
         self._buffer = np.zeros(0, dtype=np.float32)
         self._offset = 0  # stream sample of buffer[0]
-        self._decoded_to = 0  # stream sample up to which the last re-decode heard
+        self._decoded_to = 0  # stream sample up to which the last streamed decode heard
+        self._final_to = 0  # stream sample up to which final passes have judged the speech
+        self._final_count = 0  # the policy's committed words that are final (the first ones)
+        # the tokens the last final pass wrote for the final words of the buffer:
+        # (buffer start, final words then, tokens)
+        self._final_tokens: Optional[Tuple[int, int, Tuple[int, ...]]] = None
+        # per committed word: when it was first shown committed, and by which pass
+        self._committed_at: List[Tuple[float, str]] = []
         self._tentative: Tuple[TimedWord, ...] = ()
         self._last_result: Optional[DecodeResult] = None
-        self._buffer_view: Optional[BufferView] = None  # the audio the last re-decode read
+        self._buffer_view: Optional[BufferView] = None  # the audio the last decode read
         self._decodes = 0
         self._skipped = 0
         self._loops = 0  # decodes that fell into a loop
+        self._final_passes = 0
+        self._streamed_judged = 0
+        self._revised = 0
         self._context = ContextKeeper(self.policy, self.config.prompt_chars, self.config.loop_reset_after)
         self._first_token_ms: Deque[float] = deque(maxlen=self.config.history)
         self._commit_s: Deque[float] = deque(maxlen=self.config.history)
+        self._final_delay_s: Deque[float] = deque(maxlen=self.config.history)
         self._last_first_token_ms: Optional[float] = None
         self._last_decode_ms: Optional[float] = None
+        self._last_cpu_ms: Optional[float] = None
         self._last_encoder_ms: Optional[float] = None
-        self.last_activity = clock()
+        self._last_final_ms: Optional[float] = None
+        self._in_final_pass = False
+        self._trimmed = 0.0  # audio cut from the buffer's start since the last update
         self.finished = False
-        self._stopped_at: Optional[float] = None  # when finish() was called
 
     # ------------------------------------------------------------------ input (any thread)
 
     def add_audio(self, sample_rate: int, chunk, arrived: Optional[float] = None) -> None:
-        """Queue a chunk of any rate, dtype and channel count (AudioError if not audio).
-        arrived: when it reached the server, on this session's clock (default: now), for a
-        chunk read some time after it came."""
+        """Queue a chunk of any rate, dtype and channel count (AudioError if not audio),
+        resampled as one stream with the chunks before it (audio.ChunkStream). arrived: when
+        it reached the server, on this session's clock (default: now), for a chunk read
+        some time after it came."""
         arrived = self.clock() if arrived is None else arrived
-        self._add(load_audio_chunk(sample_rate, np.asarray(chunk)), arrived)
+        with self._resampling:  # chunks are resampled, and queued, in the order they come
+            self.inbox.add(self._chunks(sample_rate, np.asarray(chunk)), arrived)
 
     def add_samples(self, samples: np.ndarray) -> None:
         """Queue float32 mono 16 kHz samples."""
-        arrived = self.clock()
-        self._add(np.ascontiguousarray(samples, dtype=np.float32).reshape(-1), arrived)
-
-    def _add(self, samples: np.ndarray, arrived: float) -> None:
-        if samples.size == 0:
-            return
-        with self._lock:
-            self._pending.append(samples)
-            self._pending_samples += samples.size
-            self._received += samples.size
-            self._arrivals.append((self._received, arrived))
-            if self._first_arrival is None:
-                self._first_arrival, self._first_chunk = arrived, samples.size
-            self._max_chunk = max(self._max_chunk, samples.size)
-            self._behind = (arrived - self._first_arrival) - (self._received - self._first_chunk) / SAMPLE_RATE
-            # Nobody consumes (a stalled decoder): keep memory bounded, oldest audio first.
-            limit = int(self.config.max_backlog_seconds * SAMPLE_RATE)
-            while self._pending_samples > limit and len(self._pending) > 1:
-                dropped = self._pending.pop(0)
-                self._pending_samples -= dropped.size
-                self._dropped += dropped.size
-            self.last_activity = arrived
+        self.inbox.add(np.ascontiguousarray(samples, dtype=np.float32).reshape(-1), self.clock())
 
     def set_decoder(self, decoder: Decoder) -> None:
-        """Use another decoder (e.g. the cache switched off) from the next re-decode on."""
+        """Use another decoder (e.g. the cache switched off) from the next decode on: the
+        final pass too, when the decoder has a model."""
         self.decoder = decoder
+        if getattr(decoder, "model", None) is not None:
+            self.final_decoder = final_decoder_like(decoder, self.config)
 
     # ------------------------------------------------------------------ state
 
     @property
     def committed_text(self) -> str:
+        """Everything committed: the final words, then the streamed ones after them."""
         return self.policy.shown_committed()
+
+    @property
+    def final_text(self) -> str:
+        """The words final passes gave (after finish(): the whole session's text)."""
+        return " ".join(self.policy.shown_words(0, self._final_count))
+
+    @property
+    def streamed_text(self) -> str:
+        """The streamed pass's committed words after the final ones (not final yet)."""
+        return " ".join(self.policy.shown_words(self._final_count, len(self.policy.committed)))
 
     @property
     def tentative_text(self) -> str:
         return self.policy.shown_after(self._tentative)
 
     @property
+    def last_activity(self) -> float:
+        return self.inbox.last_activity
+
+    @property
     def audio_seconds(self) -> float:
-        return self._received / SAMPLE_RATE
+        return self.inbox.received / SAMPLE_RATE
 
     @property
     def buffer_seconds(self) -> float:
         return self._buffer.size / SAMPLE_RATE
 
+    @property
+    def lost_seconds(self) -> float:
+        return self.inbox.lost_seconds
+
+    def committed_words(self) -> List[Tuple[TimedWord, float, str, bool]]:
+        """(word, when it was first shown committed on this session's clock, by which
+        pass: "streamed" or "final pass", whether it is final) for each committed word:
+        the benchmarks' delays."""
+        return [(w, at, how, i < self._final_count)
+                for i, (w, (at, how)) in enumerate(zip(self.policy.committed, self._committed_at))]
+
     def ready(self) -> bool:
         """Audio came that updates() has not looked at yet (cheap; any thread). Whether
-        it makes a re-decode worth running is updates()' call: only the voice detector,
-        which runs on the decoding thread, knows whether the speaker paused."""
-        with self._lock:
-            return not self.finished and self._pending_samples > 0
+        it makes a decode worth running is updates()' call: only the voice detector, which
+        runs on the decoding thread, knows whether the speaker paused."""
+        return not self.finished and self.inbox.waiting()
 
     def idle_seconds(self) -> float:
         return self.clock() - self.last_activity
@@ -168,22 +200,9 @@ class LiveSession:
         vad = self.vad
         return (vad.scored_until - max(vad.last_voice_end, 0)) / SAMPLE_RATE
 
-    @property
-    def lost_seconds(self) -> float:
-        """Audio that should have arrived and did not: the wall time since the first chunk
-        less the audio received after it, beyond the slack of one chunk. While the session
-        runs, a stream that stopped arriving counts from the clock; from finish() on, the
-        clock no longer counts (the final decode may take a while)."""
-        with self._lock:
-            slack = self._max_chunk / SAMPLE_RATE
-            behind = self._behind
-            if self._first_arrival is not None and self._stopped_at is None:
-                behind = max(behind, (self.clock() - self._first_arrival)
-                             - (self._received - self._first_chunk) / SAMPLE_RATE - slack)
-        return behind if behind > slack else 0.0
-
     def stats(self) -> LiveStats:
-        ft, cs = list(self._first_token_ms), list(self._commit_s)
+        ft, cs, fd = list(self._first_token_ms), list(self._commit_s), list(self._final_delay_s)
+        result = self._last_result
         return LiveStats(
             decodes=self._decodes, skipped=self._skipped, loops=self._loops,
             unprompted=self._context.unprompted(self._offset),
@@ -191,132 +210,301 @@ class LiveSession:
             commit_s_median=percentile(cs, 50), commit_s_p95=percentile(cs, 95),
             last_first_token_ms=self._last_first_token_ms, last_decode_ms=self._last_decode_ms,
             last_encoder_ms=self._last_encoder_ms,
-            last_tokens=self._last_result.n_tokens if self._last_result else 0,
-            last_from_draft=self._last_result.draft_accepted if self._last_result else 0,
-            last_draft_passes=self._last_result.draft_passes if self._last_result else 0,
-            last_given=self._last_result.prefix_given if self._last_result else 0,
+            last_tokens=result.n_tokens if result else 0,
+            last_from_draft=result.draft_accepted if result else 0,
+            last_draft_passes=result.draft_passes if result else 0,
+            last_given=result.prefix_given if result else 0,
             audio_seconds=self.audio_seconds,
-            buffer_seconds=self.buffer_seconds, dropped_seconds=self._dropped / SAMPLE_RATE,
-            lost_seconds=self.lost_seconds)
+            buffer_seconds=self.buffer_seconds, dropped_seconds=self.inbox.dropped / SAMPLE_RATE,
+            lost_seconds=self.lost_seconds, final_passes=self._final_passes,
+            streamed_judged=self._streamed_judged, revised_words=self._revised,
+            last_final_ms=self._last_final_ms, final_delay_s_median=percentile(fd, 50),
+            final_delay_s_p95=percentile(fd, 95), last_cpu_ms=self._last_cpu_ms)
 
     def preview(self, event: TokenEvent) -> Tuple[str, str]:
-        """(committed, tentative) while a re-decode is still emitting tokens: its words
-        after the ones already committed from this buffer."""
-        in_buffer = sum(1 for w in self.policy.committed if w.end > self._offset / SAMPLE_RATE)
+        """(committed, tentative) while a decode is still emitting tokens: the streamed
+        decode's words after those already committed from this buffer. A final pass shows
+        nothing until it is done (its text replaces the utterance's at once)."""
+        if self._in_final_pass:
+            return self.committed_text, self.tentative_text
+        in_buffer = len(self.policy.committed_after(self._offset / SAMPLE_RATE))
         return self.committed_text, " ".join(event.transcript.split()[in_buffer:])
 
     # ------------------------------------------------------------------ decoding (one thread)
 
     def updates(self) -> Iterator[Union[TokenEvent, LiveUpdate]]:
-        """Re-decode if it is due: TokenEvents, then one LiveUpdate; nothing otherwise."""
+        """The final passes that are due, then a streamed decode if one is due: TokenEvents,
+        then a LiveUpdate each; nothing when nothing is due."""
         if self.finished:
             return
-        self._take_pending()
-        if self._due():
-            yield from self._step(final=False)
-
-    def _due(self) -> bool:
-        """Enough new audio since the last re-decode, or the pause that ends an utterance
-        has just become long enough (and there is something to commit)."""
-        end = self._offset + self._buffer.size
-        if end - self._decoded_to >= self.config.min_new_seconds * SAMPLE_RATE:
-            return True
-        pause = int(self.config.pause_seconds * SAMPLE_RATE)
-        voice_end = self.vad.last_voice_end
-        unheard_speech = voice_end > self._decoded_to
-        # the last re-decode ran before this pause was long enough to count as one
-        pause_new = self._decoded_to - voice_end < pause <= end - voice_end
-        return pause_new and (unheard_speech or bool(self._tentative))
+        newest_arrival = self._take_pending()
+        while (due := self._final_due()) is not None:
+            yield from self._final_pass(due, newest_arrival)
+        yield from self._streamed_step(newest_arrival)
+        while (due := self._final_due()) is not None:  # a pause heard while it decoded
+            yield from self._final_pass(due, newest_arrival)
 
     def finish(self) -> Iterator[Union[TokenEvent, LiveUpdate]]:
-        """Decode what is left and commit all of it. The session takes no more decodes."""
+        """Decode what is left and make all of it final. The session takes no more decodes."""
         if self.finished:
             yield self._update(Decision((), ()), decoded=False, final=True, reason="finished")
             return
-        if self._stopped_at is None:
-            self._stopped_at = self.clock()
-        yield from self._step(final=True)
+        if self.inbox.stopped_at is None:
+            self.inbox.stopped_at = self.clock()
+        with self._resampling:  # what the resampler still holds: the end of the recording
+            self.inbox.add(self._chunks.flush(), self.clock())
+        newest_arrival = self._take_pending()
+        while (due := self._final_due()) is not None:
+            yield from self._final_pass(due, newest_arrival)
+        end = self._offset + self._buffer.size
+        if self._unfinal_speech() or self._final_count < len(self.policy.committed):
+            yield from self._final_pass(_FinalDue(end, None, False), newest_arrival, last=True)
+        else:
+            self._skipped += 1
+            self._tentative = ()
+            self._cut_to(end)
+            yield self._update(Decision((), ()), decoded=False, final=True, reason="nothing more was said")
         self.finished = True
 
     def _take_pending(self) -> Optional[float]:
         """Move the waiting audio into the buffer and score it; the newest arrival time."""
-        with self._lock:
-            chunks, self._pending, self._pending_samples = self._pending, [], 0
-            newest = self._arrivals[-1][1] if self._arrivals else None
-        if chunks:
-            audio = np.concatenate(chunks)
+        audio, newest = self.inbox.take()
+        if audio is not None:
             self.vad.add(audio)
             self._buffer = np.concatenate([self._buffer, audio])
         limit = int(self.config.hard_limit_seconds * SAMPLE_RATE)
         if self._buffer.size > limit:  # decodes slower than the stream: never one window more
-            self._dropped += self._buffer.size - limit
+            self.inbox.dropped += self._buffer.size - limit
             self._cut_to(self._offset + self._buffer.size - limit)
+            self._final_before_buffer()
+        self._restart_buffer()
         return newest
 
-    def _step(self, final: bool):
-        newest_arrival = self._take_pending()
-        end = self._offset + self._buffer.size
-        config = self.config
-        voice_end = self.vad.last_voice_end
-        has_speech = self.vad.voiced_seconds(self._offset) >= (1e-9 if final else config.min_speech_seconds)
-        new_speech = voice_end > self._decoded_to
+    def _pause_heard(self) -> bool:
+        """Asked between a streamed decode's tokens: score the audio that came meanwhile
+        (the voice detector only; the buffer is not cut mid-decode), and whether an
+        utterance's end is now due for its final pass."""
+        audio, _ = self.inbox.take()
+        if audio is not None:
+            self.vad.add(audio)
+            self._buffer = np.concatenate([self._buffer, audio])
+        due = self._final_due()
+        return due is not None and due.speech_end is not None
 
-        if not has_speech or (not final and not new_speech and not self._tentative):
-            # Nothing to transcribe, or nothing new said and all of it committed: don't ask
-            # the decoder. After a long pause the buffer restarts: what was said before it
-            # is committed and becomes the prompt, and Whisper is not left to invent text
-            # in a long silence. A short pause stays, with the speech before it as context.
+    def _restart_buffer(self) -> None:
+        """A buffer holding no committed word starts `lead_in_seconds` before its first
+        voice (decided by the voice detector's frames, not by when this runs); while it
+        holds silence only, only that much of it is kept."""
+        if not self.policy.committed_after(self._offset / SAMPLE_RATE):
+            onset = self.vad.first_voice(self._offset)
+            # no voice yet: what the detector has scored is silence (the samples after it,
+            # less than a frame, may hold the onset: not cut, or the start would depend on
+            # where the chunks ended)
+            heard = onset if onset is not None else self.vad.scored_until
+            self._cut_to(heard - int(self.config.lead_in_seconds * SAMPLE_RATE))
+
+    def _final_before_buffer(self) -> None:
+        """Audio was dropped unjudged (a decoder slower than the stream): the streamed words
+        said before the buffer become final as they are, and its speech counts as judged."""
+        start = self._offset / SAMPLE_RATE
+        before = [w for w in self.policy.committed[self._final_count:] if w.end <= start + START_SLACK_S]
+        if before:
+            self.policy.finalize(self._final_count, len(before), before, self._tentative)
+            self._final_count += len(before)
+            self._final_tokens = None
+        self._final_to = max(self._final_to, self._offset)
+
+    def _unfinal_speech(self, until: Optional[int] = None) -> bool:
+        """Enough voice after what the final passes judged to be worth decoding."""
+        return self.vad.voiced_seconds(self._final_to, until) >= self.config.min_speech_seconds
+
+    def _final_due(self) -> Optional[_FinalDue]:
+        """The first end of an utterance not judged yet, in stream order: a pause the voice
+        detector has heard whole, or the buffer's `cut_after_seconds` mark."""
+        pause = int(self.config.pause_seconds * SAMPLE_RATE)
+        speech_end = self.vad.utterance_end(self._final_to, pause)
+        cut = self._offset + int(self.config.cut_after_seconds * SAMPLE_RATE)
+        end = self._offset + self._buffer.size
+        if speech_end is not None and speech_end + pause <= min(cut, end):
+            return _FinalDue(speech_end + pause, speech_end, False)
+        if end >= cut:
+            return _FinalDue(cut, None, True)
+        return None
+
+    # ------------------------------------------------------------------ the final pass
+
+    def _final_pass(self, due: _FinalDue, newest_arrival: Optional[float], last: bool = False):
+        """Decode the buffer up to `due.until`; its words after the final ones replace the
+        streamed words there (all of them at a pause or the end; before the cut point at a
+        cut)."""
+        offset_s = self._offset / SAMPLE_RATE
+        final_in_buffer = [self.policy.committed[i] for i in range(self._final_count)
+                           if self.policy.committed[i].end > offset_s + START_SLACK_S]
+        given_end = final_in_buffer[-1].end if final_in_buffer else None
+        given = self._given(final_in_buffer, offset_s)
+        decoded = self._unfinal_speech(due.until) or self._final_count < len(self.policy.committed)
+        result, words, continued = None, [], False
+        if decoded:
+            prompt = self._context.text_before(offset_s)
+            result = yield from self._final_decode(self._offset, due.until, prompt, given, newest_arrival)
+            words = new_final_words(result, offset_s, given.prefix.words if given else (),
+                                    given_end if given_end is not None else float("-inf"))
+            # A decode given the words before may stop right after them (it wrote the end of
+            # text where the speaker went on): the rest is decoded as transcribe decodes its
+            # next window, from the given words' end, with the text before as the prompt.
+            resume = int(round(given_end * SAMPLE_RATE)) if given_end is not None else self._offset
+            if given and not words and not due.cut and self._unfinal_speech(due.until):
+                before = " ".join([prompt or ""] + [w.text for w in final_in_buffer]).strip()
+                more = yield from self._final_decode(resume, due.until, before[-self.config.prompt_chars:].lstrip(),
+                                                     None, newest_arrival)
+                words = result_words(more, resume / SAMPLE_RATE)
+                continued = True
+        cut_s = None
+        if due.cut:
+            segment_ends = [offset_s + s.end for s in result.segments] if result is not None else []
+            before = offset_s + self.config.cut_after_seconds - self.config.cut_keep_seconds
+            cut_s = cut_point(words, segment_ends, given_end, before)
+            if cut_s is None:  # no word there: cut the audio as it is
+                cut_s = before
+            cut_s = _cut_sample(self.vad, cut_s) / SAMPLE_RATE
+            words = [w for w in words if midpoint(w) < cut_s]
+        revision = self._make_final(words, cut_s, None if continued else result, due)
+        self._buffer_view = buffer_view(self._buffer[:due.until - self._offset], offset_s, None,
+                                        Decision((), ()), (), self.policy.committed_end, at_pause=True)
+        if due.speech_end is not None:
+            self._final_delay_s.append(self.clock() - self.inbox.arrival_of(due.until / SAMPLE_RATE, self.clock()))
+        self._final_to = max(self._final_to, due.until if cut_s is None else int(round(cut_s * SAMPLE_RATE)))
+        if cut_s is not None:
+            self._cut_to(int(round(cut_s * SAMPLE_RATE)))
+        if last:
+            self._cut_to(self._offset + self._buffer.size)
+        reason = ("the end" if last else "a pause: the utterance heard whole" if due.speech_end is not None
+                  else "a long buffer, cut")
+        yield self._update(Decision((), self._tentative), decoded=decoded, final=last, result=result,
+                           reason=f"final pass at {reason}", revision=revision)
+
+    def _final_decode(self, start: int, until: int, prompt: Optional[str], given: Optional[Given],
+                      newest_arrival: Optional[float]):
+        """One call to the final pass's decoder over stream samples start..until: its
+        TokenEvents; returns its DecodeResult."""
+        started, cpu_started = self.clock(), time.process_time()
+        self._in_final_pass = True
+        try:
+            attempt = yield from decode_attempt(
+                self.final_decoder(self._buffer[start - self._offset:until - self._offset], prompt, given),
+                newest_arrival, self.clock, start / SAMPLE_RATE)
+        finally:
+            self._in_final_pass = False
+        result = attempt.result
+        self._final_passes += 1
+        self._last_final_ms = self._last_decode_ms = (self.clock() - started) * 1000
+        self._last_cpu_ms = (time.process_time() - cpu_started) * 1000
+        self._last_encoder_ms = result.encoder_ms if result is not None else None
+        self._last_result = result
+        return result
+
+    def _given(self, words: List[TimedWord], offset_s: float) -> Optional[Given]:
+        """The final words of the buffer as the final pass is given them: with the tokens
+        the last final pass wrote for exactly these words, when it did."""
+        if not words:
+            return None
+        tokens = None
+        if self._final_tokens is not None and self._final_tokens[:2] == (self._offset, self._final_count):
+            tokens = self._final_tokens[2]
+        return Given(Prefix(tuple(w.text for w in words), max(0.0, words[0].start - offset_s)), tokens)
+
+    def _make_final(self, words: List[TimedWord], cut_s: Optional[float], result: Optional[DecodeResult],
+                    due: _FinalDue) -> Revision:
+        """Replace the streamed words the pass judged by its `words`; the revision made."""
+        now = self.clock()
+        first = self._final_count
+        streamed = self.policy.committed[first:]
+        tentative = list(self._tentative)
+        if cut_s is not None:  # only what lies before the cut is judged
+            streamed = [w for w in streamed if midpoint(w) < cut_s]
+            tentative = [w for w in tentative if midpoint(w) < cut_s]
+        kept_streamed = not words and bool(streamed)
+        if kept_streamed:  # it wrote nothing where the streamed pass heard words: keep those
+            words = list(streamed)
+        changes, revised, kept = compare(streamed, tentative, words)
+        at = [self._committed_at[first + kept[i]] if i in kept else (now, "final pass") for i in range(len(words))]
+        self._commit_latencies([w for i, w in enumerate(words) if i not in kept], now)
+        self._committed_at[first:first + len(streamed)] = at
+        left = tuple(w for w in self._tentative if cut_s is not None and midpoint(w) >= cut_s)
+        self.policy.finalize(first, len(streamed), words, left)
+        self._tentative = left
+        self._final_count = first + len(words)
+        self._streamed_judged += len(streamed)
+        self._revised += revised
+        self._final_tokens = None
+        if cut_s is None and result is not None and not kept_streamed:
+            self._final_tokens = (self._offset, self._final_count, tuple(result.tokens))
+        shown = tuple(self.policy.shown_words(first, self._final_count))
+        return Revision(first, shown, changes, tuple(w.text for w in streamed), tuple(w.text for w in tentative),
+                        revised, now, kept_streamed)
+
+    # ------------------------------------------------------------------ the streamed pass
+
+    def _streamed_step(self, newest_arrival: Optional[float]):
+        end = self._offset + self._buffer.size
+        if end - self._decoded_to < self.config.min_new_seconds * SAMPLE_RATE:
+            return  # not due: too little new audio
+        # (the voice detector's frames are 32 ms: the last one may straddle the decode's end)
+        new_speech = self.vad.last_voice_end > self._decoded_to + FRAME
+        if not self._unfinal_speech() or (not new_speech and not self._tentative):
+            # Nothing said that is not final yet, or nothing new said and nothing tentative
+            # left to settle: don't ask the decoder
             self._skipped += 1
             self._decoded_to = end
-            trimmed = 0.0
-            silence = end - max(voice_end, self._offset)
-            if not self._tentative and silence >= config.long_pause_seconds * SAMPLE_RATE:
-                trimmed = self._cut_to(end - int(config.lead_in_seconds * SAMPLE_RATE))
-            decision = self.policy.finish() if final else Decision((), self._tentative)
-            yield self._update(decision, decoded=False, final=final, trimmed=trimmed,
-                               reason="no speech" if not has_speech else "no new speech")
+            yield self._update(Decision((), self._tentative), decoded=False,
+                               reason="no speech" if not self._unfinal_speech() else "no new speech")
             return
-
         self._decodes += 1
         offset_s = self._offset / SAMPLE_RATE
         context = self._context.for_decode(self._offset, offset_s)
-        started = self.clock()
+        started, cpu_started = self.clock(), time.process_time()
         attempt = yield from decode_attempt(self.decoder(self._buffer, context.prompt, context.draft, context.prefix),
-                                            newest_arrival, self.clock, self._offset / SAMPLE_RATE)
-        first_token_ms, last_event, result = attempt.first_token_ms, attempt.last_event, attempt.result
+                                            newest_arrival, self.clock, offset_s, stop=self._pause_heard)
+        result = attempt.result
         now = self.clock()
-        self.last_activity = now
         self._decoded_to = end
+        if attempt.stopped:
+            # The speaker paused while it decoded: the final pass, due now, hears the whole
+            # utterance; finishing this decode would only keep it waiting.
+            self._last_decode_ms = (now - started) * 1000
+            yield self._update(Decision((), self._tentative), decoded=True,
+                               reason="a pause was heard while decoding: the final pass takes over")
+            return
         self._last_decode_ms = (now - started) * 1000
+        self._last_cpu_ms = (time.process_time() - cpu_started) * 1000
         self._last_encoder_ms = result.encoder_ms if result is not None else None
         self._last_result = result
-        self._last_first_token_ms = first_token_ms
-        if first_token_ms is not None:
-            self._first_token_ms.append(first_token_ms)
+        self._last_first_token_ms = attempt.first_token_ms
+        if attempt.first_token_ms is not None:
+            self._first_token_ms.append(attempt.first_token_ms)
 
         hyp = hypothesis(result, offset_s, end / SAMPLE_RATE, context.prefix, attempt.token_peaks)
-        pause = (end - voice_end) >= config.pause_seconds * SAMPLE_RATE
-        speech_end = voice_end / SAMPLE_RATE if pause else None
         context_change = self._context.decoded(self._offset, context, result, attempt.looped)
         if attempt.looped:
             self._loops += 1
             if not self.policy.reads_loops:
                 hyp = None  # a loop's words get no vote
-        if final:
-            decision = self.policy.finish(hyp, speech_end)
-        elif hyp is None:
+        if hyp is None:
             decision = Decision((), self._tentative, reason="decoder looped; hypothesis ignored" + context_change)
         else:
-            decision = self.policy.update(hyp, speech_end)
-        latencies = self._commit_latencies(decision.committed, now, record=not final)
+            decision = self.policy.update(hyp)
+        self._committed_at += [(now, "streamed")] * len(decision.committed)
+        latencies = self._commit_latencies(decision.committed, now)
         self._buffer_view = buffer_view(self._buffer, offset_s, hyp, decision, attempt.token_peaks,
-                                        self.policy.committed_end, pause)
-        trimmed = self._cut_to(cut_sample(self.vad, decision.cut_at)) if decision.cut_at is not None else 0.0
-        if final:
-            trimmed += self._cut_to(self._offset + self._buffer.size)
-        yield self._update(decision, decoded=True, final=final, first_token_ms=first_token_ms,
-                           latencies=latencies, result=result, last_event=last_event,
-                           trimmed=trimmed, reason=decision.reason)
+                                        self.policy.committed_end)
+        self._tentative = decision.tentative
+        if attempt.looped:  # its words after the loop began were not heard: not shown
+            self._tentative = self._tentative[:loop_start([w.norm for w in self._tentative])]
+        yield self._update(decision, decoded=True, first_token_ms=attempt.first_token_ms,
+                           latencies=latencies, result=result, last_event=attempt.last_event,
+                           reason=decision.reason)
+
+    # ------------------------------------------------------------------ bookkeeping
 
     def _cut_to(self, stream_sample: int) -> float:
         end = self._offset + self._buffer.size
@@ -326,49 +514,57 @@ class LiveSession:
             return 0.0
         self._buffer = self._buffer[n:].copy()
         self._offset = stream_sample
+        self._decoded_to = max(self._decoded_to, self._offset)
         self._context.new_buffer()
-        self.vad.forget_before(self._offset)
-        with self._lock:  # arrival marks are kept only for audio still held
-            while len(self._arrivals) > 1 and self._arrivals[1][0] <= self._offset:
-                self._arrivals.popleft()
+        self.vad.forget_before(min(self._offset, self._final_to))
+        self.inbox.forget_before(self._offset)
+        self._trimmed += n / SAMPLE_RATE
         return n / SAMPLE_RATE
 
-    def _commit_latencies(self, words, now: float, record: bool) -> Tuple[float, ...]:
-        """Per committed word: from the arrival of the audio holding its end to now."""
-        with self._lock:
-            arrivals = list(self._arrivals)
-        latencies = tuple(now - arrival_of(arrivals, w.end, now) for w in words)
-        if record:
-            self._commit_s.extend(latencies)
+    def _commit_latencies(self, words, now: float) -> Tuple[float, ...]:
+        """Per newly committed word: from the arrival of the audio holding its end to now."""
+        latencies = tuple(now - self.inbox.arrival_of(w.end, now) for w in words)
+        self._commit_s.extend(latencies)
         return latencies
 
-    def _update(self, decision: Decision, *, decoded: bool, final: bool, first_token_ms=None,
-                latencies=(), result=None, last_event=None, trimmed=0.0, reason="") -> LiveUpdate:
-        self._tentative = () if final else decision.tentative
+    def _update(self, decision: Decision, *, decoded: bool, final: bool = False, first_token_ms=None,
+                latencies=(), result=None, last_event=None, reason="",
+                revision: Optional[Revision] = None) -> LiveUpdate:
+        if final:
+            self._tentative = ()
+        trimmed, self._trimmed = self._trimmed, 0.0
         return LiveUpdate(
             committed=self.committed_text, tentative=self.tentative_text,
             new_committed=self.policy.shown_committed(len(decision.committed)), decoded=decoded,
             first_token_ms=first_token_ms, commit_latencies_s=tuple(latencies),
             stats=self.stats(), result=result, last_event=last_event,
             trimmed_seconds=trimmed, final=final, reason=reason,
-            buffer=self._buffer_view and self._buffer_view.committed_to(self.policy.committed_end))
+            buffer=self._buffer_view and self._buffer_view.committed_to(self.policy.committed_end),
+            final_words=tuple(self.policy.shown_words(0, self._final_count)),
+            streamed=self.streamed_text,
+            revision=revision)
 
 
-def cut_sample(vad: VoiceDetector, cut_at: float) -> int:
-    """The policy's cut point moved into the pause that follows it, if one comes soon."""
+def _cut_sample(vad: VoiceDetector, cut_at: float) -> int:
+    """A cut point moved into the pause that follows it, if one comes soon."""
     sample = int(round(cut_at * SAMPLE_RATE))
     pause = vad.pause_after(sample, within=int(0.5 * SAMPLE_RATE))
     return pause if pause is not None else sample
 
 
-def arrival_of(arrivals: Sequence[Tuple[int, float]], stream_seconds: float, default: float) -> float:
-    """When the audio holding a stream time arrived ((end sample, wall time) marks)."""
-    sample = int(stream_seconds * SAMPLE_RATE)
-    return next((wall for end, wall in arrivals if end >= sample), arrivals[-1][1] if arrivals else default)
+def final_decoder_like(decoder: Decoder, config: LiveConfig) -> FinalDecoder:
+    """The final pass's decoder for a streamed one: its model and options (the cache mode),
+    in the config's final precision."""
+    model = getattr(decoder, "model", None)
+    if model is None:
+        raise ValueError("this decoder has no model to make the final pass's decoder of: "
+                         "pass LiveSession(..., final_decoder=...)")
+    return model_final_decoder(model, decoder.options, config.final_precision)
 
 
 def model_session(model, options=None, config: Optional[LiveConfig] = None, **session_args) -> LiveSession:
-    """A LiveSession decoding with `model`, its decoder asked for what the config's policy
-    reads (AlignAtt: each step's attention). session_args: vad, clock."""
+    """A LiveSession decoding with `model`: the streamed decoder asked for what the
+    config's policy reads (AlignAtt: each step's attention), and the final pass's.
+    session_args: vad, clock."""
     config = config or LiveConfig()
     return LiveSession(model_decoder(model, options, alignatt=config.reads_attention), config, **session_args)

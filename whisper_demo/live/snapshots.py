@@ -16,6 +16,7 @@ from ..audio import SAMPLE_RATE
 from ..events import DecodeResult, TokenEvent
 from .hypotheses import TokenPeak
 from .policy import Decision, Hypothesis
+from .revision import Revision
 
 ENVELOPE_BARS = 240  # a few hundred bars draw a waveform; each is the loudest sample of its slice
 
@@ -43,6 +44,17 @@ class LiveStats:
     buffer_seconds: float  # held for re-decoding
     dropped_seconds: float  # discarded: a decoder too slow for the stream (never silently)
     lost_seconds: float  # should have arrived by now and did not (chunks lost on the way)
+    # the final passes (final_pass.py): one per end of an utterance
+    final_passes: int = 0
+    streamed_judged: int = 0  # streamed (committed) words a final pass has judged
+    revised_words: int = 0  # of them, changed or removed by it
+    last_final_ms: Optional[float] = None  # wall time of the last final pass
+    final_delay_s_median: Optional[float] = None  # pause heard -> its final text (wall)
+    final_delay_s_p95: Optional[float] = None
+    # the last decode's wall time against the CPU time this process spent meanwhile: a
+    # decode that gets much less than its threads' worth of CPU is waiting for it (another
+    # program, the browser, other sessions)
+    last_cpu_ms: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +78,7 @@ class BufferView:
     words: Tuple[WordMark, ...] = ()  # the decode's new words with attention (AlignAtt only)
     cursor: Optional[float] = None  # where the newest token's attention peaked (None: no attention)
     edge: Optional[float] = None  # AlignAtt: a token read past this stopped the commit
-    at_pause: bool = False  # the speaker had paused: the edge sits nearer the end (alignatt.py, rule 6)
+    at_pause: bool = False  # a final pass at a pause read it: the whole utterance was heard
 
     def committed_to(self, seconds: float) -> "BufferView":
         """The same audio after later commits (an update that ran no decode)."""
@@ -83,7 +95,7 @@ def envelope(samples: np.ndarray, bars: int = ENVELOPE_BARS) -> Tuple[float, ...
 
 
 def buffer_view(samples: np.ndarray, start: float, hyp: Optional[Hypothesis], decision: Decision,
-                token_peaks: Sequence[TokenPeak], committed_until: float, at_pause: bool) -> BufferView:
+                token_peaks: Sequence[TokenPeak], committed_until: float, at_pause: bool = False) -> BufferView:
     """What the strip shows of a re-decode of `samples` (starting at `start` stream
     seconds): made before the buffer is cut, with the committed end after the decision.
     token_peaks: the decode's steps as AlignAtt read them (attempt.py)."""
@@ -122,9 +134,18 @@ class LiveUpdate:
     result: Optional[DecodeResult] = None  # of this re-decode
     last_event: Optional[TokenEvent] = None  # its last decoder step (cache panel)
     trimmed_seconds: float = 0.0  # audio cut from the buffer's start
-    final: bool = False  # from finish()
+    final: bool = False  # from finish(): the session's last update, every word in it final
     reason: str = ""  # which rule committed or cut, or why no decode ran
     buffer: Optional[BufferView] = None  # the audio the last re-decode read (None before one)
+    # The committed text in two parts: the words final passes made final, one string each,
+    # then those the streamed pass committed after them (`committed` is both)
+    final_words: Tuple[str, ...] = ()
+    streamed: str = ""
+    revision: Optional[Revision] = None  # what this update's final pass changed (None: not one)
+
+    @property
+    def final_text(self) -> str:
+        return " ".join(self.final_words)
 
 
 def percentile(values, q) -> Optional[float]:

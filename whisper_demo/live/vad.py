@@ -48,6 +48,8 @@ class VoiceDetector:
     add() takes float32 16 kHz samples as they arrive; positions are stream samples."""
 
     def __init__(self, model=None):
+        # model: Silero's, or any callable (frame, sample rate) -> probability of speech
+        # with reset_states() (tests score frames by their loudness)
         self.model = model if model is not None else load_silero()
         self.model.reset_states()
         self._remainder = np.zeros(0, dtype=np.float32)
@@ -84,6 +86,29 @@ class VoiceDetector:
         if drop:
             del self._voiced[:drop]
             self._first += drop
+
+    def utterance_end(self, after: int, pause: int) -> Optional[int]:
+        """The first end of speech after stream sample `after` that the scored audio shows
+        followed by at least `pause` samples without voice: the stream sample where its
+        last voiced frame ends. None while no such pause has been heard. Frame by frame,
+        so the answer depends on the audio alone, not on how it was chunked or when asked."""
+        pause_frames = -(-pause // FRAME)
+        lo = max(0, after // FRAME - self._first)
+        last_voiced = None
+        for i in range(lo, len(self._voiced)):
+            if self._voiced[i]:
+                last_voiced = i
+            elif last_voiced is not None and i - last_voiced >= pause_frames:
+                return (last_voiced + 1 + self._first) * FRAME
+        return None
+
+    def first_voice(self, after: int) -> Optional[int]:
+        """Stream sample where the first voiced frame at or after `after` starts (None: none yet)."""
+        lo = max(0, -(-after // FRAME) - self._first)
+        for i in range(lo, len(self._voiced)):
+            if self._voiced[i]:
+                return (i + self._first) * FRAME
+        return None
 
     def voiced_seconds(self, start: int, end: Optional[int] = None) -> float:
         """Seconds of voiced frames between two stream samples."""

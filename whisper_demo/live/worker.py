@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Deque, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -19,6 +20,7 @@ import numpy as np
 from ..events import TokenEvent
 from ..timing import warm_up
 from .session import LiveSession
+from .revision import Revision
 from .snapshots import LiveStats, LiveUpdate
 
 DECODE_NICENESS = 5
@@ -29,13 +31,19 @@ class LiveView:
     """What a page shows of a session at one moment."""
 
     version: int  # grows with every published item
-    committed: str
+    committed: str  # the final words, then the streamed committed ones
     tentative: str
     update: Optional[LiveUpdate]  # the last one
     event: Optional[TokenEvent]  # the last decoder step
     stats: Optional[LiveStats]  # as of the last update
     error: Optional[BaseException]
     done: bool  # the worker has ended (finished, closed or failed)
+    final_words: Tuple[str, ...] = ()  # the committed words that are final, one string each
+    streamed: str = ""  # the committed words after them, not final yet
+    # the last final pass that changed a word, and when it was published (time.monotonic):
+    # the page marks the words it changed for a moment
+    revision: Optional[Revision] = None
+    revised_at: Optional[float] = None
 
 
 def lower_thread_priority(niceness: int = DECODE_NICENESS) -> None:
@@ -127,11 +135,16 @@ class LiveWorker:
             if isinstance(item, TokenEvent):
                 key = (item.cache_mode, item.beam_size)
                 self._latencies.setdefault(key, deque(maxlen=self.history)).append((item.latency_ms, item.from_draft))
-                self._view = LiveView(view.version + 1, committed, tentative, view.update, item,
-                                      view.stats, None, False)
+                self._view = replace(view, version=view.version + 1, committed=committed, tentative=tentative,
+                                     event=item, error=None, done=False)
             else:
-                self._view = LiveView(view.version + 1, committed, tentative, item, view.event,
-                                      item.stats, None, False)
+                revision, revised_at = view.revision, view.revised_at
+                if item.revision is not None and item.revision.changed:
+                    revision, revised_at = item.revision, time.monotonic()
+                self._view = replace(view, version=view.version + 1, committed=committed, tentative=tentative,
+                                     update=item, stats=item.stats, error=None, done=False,
+                                     final_words=item.final_words, streamed=item.streamed,
+                                     revision=revision, revised_at=revised_at)
             self._cond.notify_all()
 
     def _run(self) -> None:
@@ -156,7 +169,6 @@ class LiveWorker:
         finally:
             with self._cond:
                 view = self._view
-                self._view = LiveView(view.version + 1, view.committed, view.tentative, view.update,
-                                      view.event, view.stats, error, True)
+                self._view = replace(view, version=view.version + 1, error=error, done=True)
                 self.done.set()
                 self._cond.notify_all()

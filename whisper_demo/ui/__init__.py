@@ -33,6 +33,7 @@ import gradio as gr
 from .attention_view import ATTENTION_CSS
 from .chunk_order import NUMBERING_JS
 from .compare_summary import COMPARE_CSS
+from .live_view import LIVE_CSS
 from .panel import PANEL_CSS
 from .window_strip import WINDOW_STRIP_CSS
 from ..limits import CACHE_SWEEP_S
@@ -43,7 +44,7 @@ __all__ = ["build_app", "launch", "warm_up_events", "Defaults", "ModelStore", "A
 
 log = logging.getLogger(__name__)
 
-APP_CSS = PANEL_CSS + COMPARE_CSS + WINDOW_STRIP_CSS + ATTENTION_CSS + """
+APP_CSS = PANEL_CSS + COMPARE_CSS + WINDOW_STRIP_CSS + ATTENTION_CSS + LIVE_CSS + """
 #wk-header h1 { margin: 0; font-size: 1.6rem; }
 #wk-header p { margin: .15rem 0 0; color: var(--body-text-color-subdued); }
 #model_status p { margin: 0; font-size: .9rem; }

@@ -52,11 +52,13 @@ class BrowserMicHandlers(LiveHandlers):
             # the first chunks of this recording beat this event to the server and
             # already started its session: keep it (replacing it would lose them)
             current.set_options(self._options(cache_on, mode))
-            return (gr.Timer(active=True),) + sent(current, render(current, current.model))
+            return (gr.Timer(active=True),) + sent(current, render(current, current.model)) + (
+                gr.DownloadButton(visible=False),)
         session = self._open(self._key(request), lambda: self.sessions.replace(
             self._key(request), lambda: self._new_browser_session(self._key(request), model,
                                                                   self._options(cache_on, mode), policy)))
-        return (gr.Timer(active=True),) + sent(session, render(session, session.model))
+        return (gr.Timer(active=True),) + sent(session, render(session, session.model)) + (
+            gr.DownloadButton(visible=False),)
 
     def tapped(self, session_hash, body) -> None:
         """Called by the chunk tap (chunk_tap.py), on the event loop, for every chunk body
@@ -101,10 +103,11 @@ class BrowserMicHandlers(LiveHandlers):
                 gr.Warning(str(exc))
 
     def stop(self, model_name=None, request: gr.Request = None):
-        """Stop pressed: wait for the chunks still queued, then commit the rest."""
+        """Stop pressed: wait for the chunks still queued, then give the rest its final text;
+        the page offers that text as a download."""
         session = self.session(request)
         if session is None:
-            return (gr.Timer(active=False),) + render(None, self._model(model_name))
+            return (gr.Timer(active=False),) + render(None, self._model(model_name)) + (gr.DownloadButton(visible=False),)
         time.sleep(0.3)  # the browser sends one more chunk after Stop
         if self.tapping and session.source == "browser" and session.final is None:
             self._feed_inbox(self._key(request), session, flush=True)  # chunks after the last call
@@ -112,6 +115,8 @@ class BrowserMicHandlers(LiveHandlers):
         self.inbox.remove_fed(self._key(request))  # the recording's chunk files
         session.rendered_version = -1
         stats = session.worker.view().stats
-        log.info("live session stopped: %.1f s heard, %d re-decodes; %s", session.heard_seconds(),
-                 stats.decodes if stats else 0, session.order.summary() if session.order else "")
-        return (gr.Timer(active=False),) + sent(session, render(session, session.model))
+        log.info("live session stopped: %.1f s heard, %d re-decodes, %d final passes; %s", session.heard_seconds(),
+                 stats.decodes if stats else 0, stats.final_passes if stats else 0,
+                 session.order.summary() if session.order else "")
+        return (gr.Timer(active=False),) + sent(session, render(session, session.model)) + (
+            self.download(session, request),)

@@ -48,7 +48,8 @@ class DesktopMicHandlers(LiveHandlers):
         model = self._model(model_name)
         if self.defaults is not None and not self.defaults.policy.server_mic:
             gr.Warning(SERVER_MIC_OFF)
-            return (gr.Timer(active=False),) + (f"⚠️ {SERVER_MIC_OFF}",) + render(None, model, note=SERVER_MIC_OFF)
+            return ((gr.Timer(active=False),) + (f"⚠️ {SERVER_MIC_OFF}",) + render(None, model, note=SERVER_MIC_OFF)
+                    + (gr.DownloadButton(visible=False),))
         options = self._options(cache_on, mode)
         source = mic.DesktopMicSource(model, options)
         try:
@@ -56,19 +57,22 @@ class DesktopMicHandlers(LiveHandlers):
         except mic.MicUnavailable as exc:
             message = f"This computer's microphone is unavailable: {exc}"
             gr.Warning(message)
-            return (gr.Timer(active=False),) + (f"⚠️ {message}",) + render(None, model, note=message)
+            return ((gr.Timer(active=False),) + (f"⚠️ {message}",) + render(None, model, note=message)
+                    + (gr.DownloadButton(visible=False),))
         try:
             session = self._open(self._key(request), lambda: self.sessions.replace(
                 self._key(request), lambda: TabSession(model, options, "desktop", desktop=source)))
         except gr.Error:
             source.close()
             raise
-        return (gr.Timer(active=True),) + ("🎙️ Recording this computer's microphone…",) + sent(session, render(session, model))
+        return ((gr.Timer(active=True),) + ("🎙️ Recording this computer's microphone…",)
+                + sent(session, render(session, model)) + (gr.DownloadButton(visible=False),))
 
     def desktop_stop(self, request: gr.Request):
         session = self.session(request)
         if session is None or session.desktop is None:
-            return (gr.Timer(active=False),) + ("Not recording.",) + (gr.skip(),) * 4
+            return (gr.Timer(active=False),) + ("Not recording.",) + (gr.skip(),) * 5
         session.finish()
         session.rendered_version = -1
-        return (gr.Timer(active=False),) + ("Stopped.",) + sent(session, render(session, session.model))
+        return ((gr.Timer(active=False),) + ("Stopped.",) + sent(session, render(session, session.model))
+                + (self.download(session, request),))

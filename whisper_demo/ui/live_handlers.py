@@ -25,6 +25,7 @@ from . import panel
 from .chunk_tap import ChunkInbox
 from .live_tab_session import TabSession
 from .live_view import IDLE_TEXT, changed_only, render
+from .session_files import live_transcript_file
 from .store import Defaults, ModelStore
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,14 @@ class LiveHandlers:
 
     def session(self, request) -> Optional[TabSession]:
         return self.sessions.get(self._key(request))
+
+    def download(self, session: Optional[TabSession], request) -> gr.DownloadButton:
+        """The download of a stopped session's final text (hidden while there is none)."""
+        final = session.final if session is not None else None
+        path = live_transcript_file(getattr(request, "session_hash", None), final.final_text if final else "")
+        if path is None:
+            return gr.DownloadButton(visible=False)
+        return gr.DownloadButton(value=str(path), visible=True)
 
     def tick(self, request: gr.Request):
         """The timer: redraw what changed since the last redraw."""

@@ -160,7 +160,10 @@ def _label(x: float, y: float, text: str, color: str) -> str:
 def strip_caption(buffer: BufferView, policy: str, final: bool) -> str:
     """One plain sentence on what the strip shows, for this policy and moment."""
     if final:
-        return "The session ended: every word heard is committed."
+        return "The session ended: every word heard has its final text."
+    if buffer.at_pause:
+        return ("You paused: one decode heard the whole utterance, as openai-whisper's transcribe reads a "
+                "file, and gave it its final text; the words it changed are marked for a moment.")
     if policy != "alignatt":
         return ("No cursor: this session commits a word when two decodes agree on it, which does "
                 "not read where the model is listening. Choose AlignAtt before Record to see it.")
@@ -168,8 +171,7 @@ def strip_caption(buffer: BufferView, policy: str, final: bool) -> str:
         return "The model's attention was not read for this decode."
     sentence = (f"A word is committed once the model has read it before the edge, "
                 f"{buffer.end - buffer.edge:.1f} s before the end of the audio so far")
-    sentence += (": you paused, so the model heard the whole phrase." if buffer.at_pause
-                 else ": past it the speech is not fully heard yet.")
+    sentence += ": past it the speech is not fully heard yet."
     if buffer.cursor is None:
         sentence += " This decode wrote no new word, so there is no cursor."
     return sentence

@@ -40,7 +40,7 @@ from .store import Defaults, ModelStore
 __all__ = ["LiveTab", "TabSession", "build_live_tab", "SERVER_MIC_OFF", "POLICY_CHOICES"]
 
 REFRESH_S = 0.25  # view refresh while a session is active
-# When a word becomes final (LiveConfig.policy), as the Live tab offers it
+# When a streamed word is committed (LiveConfig.policy), as the Live tab offers it
 POLICY_CHOICES = [("the model has heard it (AlignAtt)", "alignatt"),
                   ("two decodes agree (LocalAgreement)", "agreement")]
 
@@ -59,13 +59,15 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: Option
     timer = gr.Timer(REFRESH_S, active=False)
 
     gr.Markdown(
-        "Speak, and Whisper re-decodes the audio since the last committed sentence as it "
-        "arrives (silence is not decoded: a voice detector listens first). Words in normal "
-        "type are **committed** and will not change: the model's attention has moved past "
-        "them, with audio after them (or, with LocalAgreement, two consecutive decodes agreed "
-        "on them), or you paused and one decode heard the whole phrase. "
-        f'<span style="{TENTATIVE_STYLE}">Grey italic words are tentative</span>: '
-        "the latest guess, which the next decode may still revise.")
+        "Speak, and Whisper re-decodes what you said as it arrives (silence is not decoded: a "
+        "voice detector listens first). Words in normal type are **committed**: the model's "
+        "attention has moved past them, with audio after them (or, with LocalAgreement, two "
+        "consecutive decodes agreed on them). "
+        f'<span style="{TENTATIVE_STYLE}">Grey italic words are tentative</span>: the latest '
+        "guess. When you pause, one decode hears the whole utterance, as a file is transcribed, "
+        "and gives it its **final** text; a word it wrote otherwise is "
+        '<mark class="wk-revised" style="animation:none">marked</mark> for a moment. '
+        "Stop gives the rest its final text and a download of it.")
     with gr.Row(equal_height=False):
         with gr.Column(scale=5, min_width=340):
             # No waveform while recording: the page redrew it for every chunk, which took
@@ -79,7 +81,7 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: Option
                                    info="applies from the next re-decode; untick to feel the difference")
             mode = gr.Radio(list(CACHE_MODES), value=defaults.options.cache,
                             label="Cache mode", elem_id="live_cache_mode")
-            policy = gr.Radio(POLICY_CHOICES, value=DEFAULT_POLICY, label="A word is final when",
+            policy = gr.Radio(POLICY_CHOICES, value=DEFAULT_POLICY, label="A streamed word is committed when",
                               elem_id="live_policy",
                               info="applies from the next Record; AlignAtt shows where the model is reading, "
                                    "LocalAgreement waits about twice as long")
@@ -96,7 +98,9 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: Option
         with gr.Column(scale=7, min_width=420):
             # "Copy text" is drawn inside the transcript once there is text; copied in the
             # browser, with no round trip
-            transcript = gr.HTML(transcript_html("", ""), elem_id="live-transcript", js_on_load=COPY_ON_CLICK_JS)
+            transcript = gr.HTML(transcript_html(), elem_id="live-transcript", js_on_load=COPY_ON_CLICK_JS)
+            # after Stop: the session's final text as a .txt
+            download = gr.DownloadButton("Download the text", visible=False, size="sm", elem_id="live-download")
             stats = gr.HTML("", elem_id="live-stats")
             panel_box = gr.HTML(panel.panel_html(None, model, status=IDLE_TEXT) if model is not None else "",
                                 elem_id="live-cache-panel")
@@ -105,18 +109,18 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: Option
     views = [transcript, stats, panel_box, chart]
     quiet = dict(api_name=False, show_progress="hidden")
     chosen = [model_choice] if model_choice is not None else []
-    mic_in.start_recording(tab.start, [cache_on, mode, policy] + chosen, [timer] + views,
+    mic_in.start_recording(tab.start, [cache_on, mode, policy] + chosen, [timer] + views + [download],
                            concurrency_limit=None, **quiet)
     # No concurrency limit: the handler only queues audio. Gradio's frontend drops a chunk
     # when the previous chunk's event is still pending, so the handler must never wait in
     # the queue behind anything (a limit of 1 lost half the audio on a busy 2-core box).
     mic_in.stream(tab.chunk, [mic_in, cache_on, mode, policy] + chosen, None, stream_every=0.5, time_limit=None,
                   concurrency_limit=None, **quiet)
-    mic_in.stop_recording(tab.stop, chosen or None, [timer] + views, concurrency_limit=None, **quiet)
+    mic_in.stop_recording(tab.stop, chosen or None, [timer] + views + [download], concurrency_limit=None, **quiet)
     timer.tick(tab.tick, None, views, concurrency_limit=None, **quiet)
-    desktop_start.click(tab.desktop_start, [cache_on, mode] + chosen, [timer, desktop_status] + views,
+    desktop_start.click(tab.desktop_start, [cache_on, mode] + chosen, [timer, desktop_status] + views + [download],
                         api_name=False)
-    desktop_stop.click(tab.desktop_stop, None, [timer, desktop_status] + views, api_name=False)
+    desktop_stop.click(tab.desktop_stop, None, [timer, desktop_status] + views + [download], api_name=False)
     link_cache_controls(cache_on, mode)
     tab.panel_box = panel_box  # the header's model switch redraws it (ui/__init__.py)
     return tab

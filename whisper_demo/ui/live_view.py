@@ -9,7 +9,8 @@ is skipped (gr.skip()).
 from __future__ import annotations
 
 import html
-from typing import Optional
+import time
+from typing import Iterable, Optional, Sequence, Tuple
 
 import gradio as gr
 
@@ -22,6 +23,13 @@ from .live_strip import strip_html
 COMMITTED_STYLE = ""
 TENTATIVE_STYLE = "color:#94a3b8;font-style:italic"
 IDLE_TEXT = "Press Record and speak: the cache fills here with each re-decode."
+# How long the page marks the words a final pass changed (the mark fades over that time)
+REVISION_SHOWN_S = 4.0
+LIVE_CSS = f"""
+.wk-revised {{ background: rgba(250, 204, 21, .45); border-radius: 3px; padding: 0 .1em;
+  animation: wk-revised-fade {REVISION_SHOWN_S}s ease-in forwards; }}
+@keyframes wk-revised-fade {{ to {{ background: transparent; }} }}
+"""
 
 
 # The words as shown, committed then tentative, to the clipboard. Where the page is not a
@@ -53,19 +61,57 @@ COPY_BUTTON = ('<button id="live-copy" type="button" class="wk-copy" style="floa
                'border-radius:6px;background:var(--background-fill-secondary);cursor:pointer">Copy text</button>')
 
 
-def transcript_html(committed: str, tentative: str, final: bool = False, note: str = "") -> str:
-    committed_html = f'<span class="wk-committed" style="{COMMITTED_STYLE}">{html.escape(committed)}</span>'
+def transcript_html(final_words: Sequence[str] = (), streamed: str = "", tentative: str = "", *,
+                    done: bool = False, note: str = "", changes: Iterable[Tuple[int, int, str]] = (),
+                    revised_ago: float = 0.0) -> str:
+    """The transcript: the final words (each utterance's final pass), the words the
+    streamed pass committed after them (normal type too: both are `.wk-committed`), the
+    tentative ones in grey italics. `changes`: runs of final words (start, end, what the
+    page showed there) the last final pass wrote otherwise than the page showed them,
+    marked for REVISION_SHOWN_S (`revised_ago`: seconds since, so that a redraw does not
+    restart the mark's fading)."""
+    if isinstance(final_words, str):
+        final_words = final_words.split()
+    opens = {start: (end, was) for start, end, was in changes}
+    shown, i = [], 0
+    while i < len(final_words):
+        if i in opens:
+            end, was = opens[i]
+            title = html.escape(f"the final pass changed this; the page showed: {was}" if was
+                                else "the final pass added this")
+            run = " ".join(html.escape(w) for w in final_words[i:end])
+            shown.append(f'<mark class="wk-revised" title="{title}" style="animation-delay:-{revised_ago:.1f}s">'
+                         f'{run}</mark>')
+            i = max(end, i + 1)
+        else:
+            shown.append(html.escape(final_words[i]))
+            i += 1
+    parts = []
+    if shown:
+        parts.append(f'<span class="wk-final">{" ".join(shown)}</span>')
+    if streamed:
+        parts.append(f'<span class="wk-streamed">{html.escape(streamed)}</span>')
+    committed_html = f'<span class="wk-committed" style="{COMMITTED_STYLE}">{" ".join(parts)}</span>'
     tentative_html = (f' <span class="wk-tentative" style="{TENTATIVE_STYLE}">{html.escape(tentative)}</span>'
                       if tentative else "")
-    if not committed and not tentative:
+    if not parts and not tentative:
         body = ('<span style="color:var(--body-text-color-subdued)">'
                 f'{html.escape(note or "Press Record and speak: text appears here as you talk.")}</span>')
     else:
         body = COPY_BUTTON + committed_html + tentative_html
-    state = "final" if final else "live"
+    state = "final" if done else "live"
     return (f'<div id="live-transcript-body" data-state="{state}" '
             f'style="font-size:1.15rem;line-height:1.6;min-height:4.5rem;padding:.6rem .8rem;'
             f'border:1px solid var(--border-color-primary);border-radius:8px">{body}</div>')
+
+
+def revision_marks(view: LiveView, now: float) -> dict:
+    """transcript_html's marking arguments for the view's last revision, while it is recent."""
+    revision, at = view.revision, view.revised_at
+    if revision is None or at is None or now - at > REVISION_SHOWN_S:
+        return {}
+    changes = [(revision.first + start, revision.first + end, was) for start, end, was in revision.changes]
+    return dict(changes=changes, revised_ago=now - at)
 
 
 def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
@@ -101,6 +147,13 @@ def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
                               "it is decoded without one until it is cut.")
     if s.last_encoder_ms:
         decode_details.append(f"Last encoder (audio → features): {ms(s.last_encoder_ms)}.")
+    if s.last_decode_ms and s.last_cpu_ms is not None:
+        # torch decodes on all the process's threads: a decode that got much less CPU than
+        # its wall time times the threads waited for the CPU (the browser, other programs)
+        decode_details.append(
+            f"It took {ms(s.last_decode_ms)} of wall time and {ms(s.last_cpu_ms)} of this process's CPU time "
+            f"({s.last_cpu_ms / s.last_decode_ms:.1f} cores' worth of the {torch_threads()} it decodes on): "
+            "much less means it waited for the CPU (the browser, another program, other sessions).")
     if s.last_given:
         decode_details.append(f"{s.last_given} tokens of already committed words were given as the start "
                               "of its transcript (prefilled in one pass, not decoded again).")
@@ -121,6 +174,13 @@ def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
         ("Buffer", f"{s.buffer_seconds:.1f} s",
          " · ".join([f"of {s.audio_seconds:.1f} s heard"] + buffer_notes), " ".join(buffer_details)),
         ("Re-decodes", str(s.decodes), " · ".join(last) or "none yet", " ".join(decode_details)),
+        ("Final passes", str(s.final_passes),
+         f"{s.revised_words} of {s.streamed_judged} streamed words revised" if s.final_passes else "one per pause",
+         "At each pause (and at Stop, or when a long buffer is cut) one decode hears the whole utterance, "
+         "as openai-whisper's transcribe decodes a file, and its words become the utterance's final text; "
+         "the words it wrote otherwise than the page showed are marked for a moment. "
+         f"Pause heard → final text: median {sec(s.final_delay_s_median)}, p95 {sec(s.final_delay_s_p95)}; "
+         f"last pass {ms(s.last_final_ms)}."),
     ]
     cells = "".join(
         f'<div class="wk-tile" title="{html.escape(details)}"><div class="wk-label">{html.escape(a)}</div>'
@@ -139,7 +199,10 @@ def render(session, model, note: str = "") -> tuple:
               for (mode, beams), values in session.worker.latency_series().items()}
     view = session.worker.view()
     final = session.final
-    committed, tentative = (final.committed, "") if final else (view.committed, view.tentative)
+    if final is not None:
+        final_words, streamed, tentative = final.final_words, final.streamed, ""
+    else:
+        final_words, streamed, tentative = view.final_words, view.streamed, view.tentative
     if view.error is not None:
         note = f"Decoding failed: {type(view.error).__name__}: {view.error}"
     event = view.event
@@ -154,8 +217,15 @@ def render(session, model, note: str = "") -> tuple:
     # the strip sits in the stats box, right under the transcript: it changes when they do
     # (once per update), not with every token as the transcript does
     strip = strip_html(view.update.buffer if view.update else None, session.policy, final=final is not None)
-    return (transcript_html(committed, tentative, final=final is not None, note=note),
+    marks = revision_marks(view, time.monotonic())
+    return (transcript_html(final_words, streamed, tentative, done=final is not None, note=note, **marks),
             strip + stats_html(view, session.order), panel_box, latency_svg(series))
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def _decode_status(view: LiveView) -> str:

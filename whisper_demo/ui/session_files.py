@@ -1,14 +1,16 @@
 """Files the app writes for one browser session, and their removal when the session ends.
 
-The attention view's downloads (PNG maps, JSON) are written to one folder per browser
-session; Gradio serves its own copies of them (its cache, cleaned by `delete_cache`, see
-ui/__init__.py). The folder itself is ours: it goes when the tab closes.
+The attention view's downloads (PNG maps, JSON) and the Live tab's transcript are written
+to one folder per browser session; Gradio serves its own copies of them (its cache,
+cleaned by `delete_cache`, see ui/__init__.py). The folder itself is ours: it goes when
+the tab closes.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +25,18 @@ def attention_folder(session_hash: Optional[str]) -> Optional[Path]:
     if not session_hash or not session_hash.isalnum():
         return None
     return Path(tempfile.gettempdir()) / ATTENTION_ROOT / session_hash
+
+
+def live_transcript_file(session_hash: Optional[str], text: str) -> Optional[Path]:
+    """The Live tab's final text as a .txt in the session's folder (None: no folder, or no
+    text). One file per recording, named by when it stopped."""
+    folder = attention_folder(session_hash)
+    if folder is None or not text.strip():
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / time.strftime("live-transcript-%Y%m%d-%H%M%S.txt")
+    path.write_text(text.strip() + "\n", encoding="utf-8")
+    return path
 
 
 def remove_session_files(request: gr.Request) -> None:
