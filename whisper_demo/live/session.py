@@ -268,10 +268,7 @@ class LiveSession:
 
     def _take_pending(self) -> Optional[float]:
         """Move the waiting audio into the buffer and score it; the newest arrival time."""
-        audio, newest = self.inbox.take()
-        if audio is not None:
-            self.vad.add(audio)
-            self._buffer = np.concatenate([self._buffer, audio])
+        newest = self._take_audio()
         limit = int(self.config.hard_limit_seconds * SAMPLE_RATE)
         if self._buffer.size > limit:  # decodes slower than the stream: never one window more
             self.inbox.dropped += self._buffer.size - limit
@@ -284,12 +281,17 @@ class LiveSession:
         """Asked between a streamed decode's tokens: score the audio that came meanwhile
         (the voice detector only; the buffer is not cut mid-decode), and whether an
         utterance's end is now due for its final pass."""
-        audio, _ = self.inbox.take()
+        self._take_audio()
+        due = self._final_due()
+        return due is not None and due.speech_end is not None
+
+    def _take_audio(self) -> Optional[float]:
+        """Append the waiting audio to the buffer and score it; its newest arrival time."""
+        audio, newest = self.inbox.take()
         if audio is not None:
             self.vad.add(audio)
             self._buffer = np.concatenate([self._buffer, audio])
-        due = self._final_due()
-        return due is not None and due.speech_end is not None
+        return newest
 
     def _restart_buffer(self) -> None:
         """A buffer holding no committed word starts `lead_in_seconds` before its first
@@ -397,11 +399,17 @@ class LiveSession:
             self._in_final_pass = False
         result = attempt.result
         self._final_passes += 1
-        self._last_final_ms = self._last_decode_ms = (self.clock() - started) * 1000
+        self._note_decode(self.clock() - started, cpu_started, result)
+        self._last_final_ms = self._last_decode_ms
+        return result
+
+    def _note_decode(self, wall_s: float, cpu_started: float, result: Optional[DecodeResult]) -> None:
+        """What the panel shows of the last decode (either pass): its wall and CPU time, its
+        encoder time, its result."""
+        self._last_decode_ms = wall_s * 1000
         self._last_cpu_ms = (time.process_time() - cpu_started) * 1000
         self._last_encoder_ms = result.encoder_ms if result is not None else None
         self._last_result = result
-        return result
 
     def _given(self, words: List[TimedWord], offset_s: float) -> Optional[Given]:
         """The final words of the buffer as the final pass is given them: with the tokens
@@ -475,10 +483,7 @@ class LiveSession:
             yield self._update(Decision((), self._tentative), decoded=True,
                                reason="a pause was heard while decoding: the final pass takes over")
             return
-        self._last_decode_ms = (now - started) * 1000
-        self._last_cpu_ms = (time.process_time() - cpu_started) * 1000
-        self._last_encoder_ms = result.encoder_ms if result is not None else None
-        self._last_result = result
+        self._note_decode(now - started, cpu_started, result)
         self._last_first_token_ms = attempt.first_token_ms
         if attempt.first_token_ms is not None:
             self._first_token_ms.append(attempt.first_token_ms)
