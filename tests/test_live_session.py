@@ -75,8 +75,10 @@ IT_IS_LATE = [("It's", 0.1, 0.6), ("late.", 0.6, 1.9)]
 
 def test_the_next_utterance_is_given_the_final_words_with_the_tokens_their_pass_wrote():
     # a short pause and a long one: the buffer keeps both utterances, as an offline window
-    # would hold them, and each final pass starts from the final words before its own
-    script = Script(LATE[:2], LATE, [("We", 2.9, 3.2)], [("We", 5.9, 6.2)])
+    # would hold them, and each final pass starts from the final words before its own.
+    # The streamed decodes hear the utterance in progress only (from 0.3 s before its
+    # voice; their words' times are relative to that), the final words before as prompt.
+    script = Script(LATE[:2], LATE, [("We", 0.4, 0.7)], [("We", 0.2, 0.5)])
     final = FinalScript(IT_IS_LATE, [("We", 2.9, 3.2), ("go.", 3.2, 3.7)], [("Now.", 5.9, 6.6)])
     feed = Feed(session_of(script, final))
     feed(loud(2.0), step=1.0)(quiet(0.8))(loud(1.0), step=1.0)(quiet(2.2))(loud(1.0), step=1.0)(quiet(0.8))
@@ -84,7 +86,10 @@ def test_the_next_utterance_is_given_the_final_words_with_the_tokens_their_pass_
     # given the first utterance's final words and the tokens that pass wrote for them
     assert final.calls[1][1:] == (None, ("It's", "late."), (1, 2))
     assert final.calls[2][1:] == (None, ("It's", "late.", "We", "go."), (1, 2, 3, 4))
-    assert script.prefixes[-1] == ("It's", "late.", "We", "go.")  # the streamed decodes go on after them too
+    # the third utterance's voice starts at 6.0 s, in the 32 ms frame from 5.984 s: its
+    # streamed decode hears 5.684-7.0 s (the second's, likewise, 2.484-3.8 s)
+    assert script.calls[2:] == [(1.316, "It's late."), (1.316, "It's late. We go.")]
+    assert script.prefixes[2:] == [(), ()]
     _, second = feed.final_passes()[1]
     # "We" was tentative and is confirmed, "go." comes after all that was shown: nothing changed
     assert second.final_words == ("It's", "late.", "We", "go.") and second.revision.changes == ()

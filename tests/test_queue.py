@@ -101,3 +101,19 @@ def test_two_run_sixteen_wait_with_their_place_and_the_next_is_refused(gated_pag
         text, *_ = job.result(timeout=300)
         assert "close the door" in text.lower()
     assert state["peak"] == 2 and state["started"] == 18
+
+
+def test_the_queue_does_not_summarise_its_events_after_each_one(tiny_model, monkeypatch):
+    # Gradio's queue summarises every recorded event with pandas after each event, for a
+    # monitoring page the app does not enable; a live page sends ~14 events a second
+    from whisper_demo.ui import ANALYTICS_EVERY_ENV
+
+    monkeypatch.delenv(ANALYTICS_EVERY_ENV, raising=False)
+    store = ModelStore(device="cpu")
+    store.put("tiny.en", tiny_model)
+    queue = build_app(store, Defaults(model="tiny.en"))._queue
+    records = [{"function": "chunk", "status": "success", "process_time": 0.01}] * 100
+    queue.events_recorded = 100  # a hundred events since the queue started
+    assert queue.compute_analytics_summary(records)["functions"] == {}  # not summarised
+    queue.events_recorded = 10_000
+    assert "chunk" in queue.compute_analytics_summary(records)["functions"]  # once per 10,000

@@ -16,8 +16,9 @@ hypotheses.py a decode's result as the policies read it; attempt.py one call to 
 final_pass.py the final pass's decoder, which of its words are new, where a long buffer is cut
 revision.py what a final pass changed of the words the page showed (pure)
 vad.py      is there speech, where did an utterance end (Silero VAD)
+utterances.py where utterances end (a final pass is due) and where the one in progress starts
 inbox.py    the audio other threads hand a session, and when each part arrived
-session.py  one session: the buffer, when each pass runs, prompt, stats; model_session()
+session.py  one session: the buffer, both passes, what each is given, stats; model_session()
 snapshots.py what it publishes: LiveStats and LiveUpdate, immutable
 decoder.py  the model as the streamed pass's callable; a decode that looped
 worker.py   the thread that drives a session and publishes immutable views

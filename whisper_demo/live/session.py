@@ -10,10 +10,11 @@
 
 Two passes, as production recognizers give interim and final results:
 
-* The streamed pass re-decodes the buffer (the audio since the last cut) whenever
-  `min_new_seconds` of audio came, and its policy (alignatt.py, policy.py) commits the
-  words it is sure of within about a second: normal type on the page, never taken back
-  by the streamed pass. The rest of each decode is tentative.
+* The streamed pass re-decodes the utterance in progress (the buffer's audio since the
+  last utterance a final pass judged; utterances.py) whenever `min_new_seconds` of audio
+  came, and its policy (alignatt.py, policy.py) commits the words it is sure of within
+  about a second: normal type on the page, never taken back by the streamed pass. The
+  rest of each decode is tentative.
 * The final pass (final_pass.py) runs at each end of an utterance: when the voice
   detector has heard `pause_seconds` without voice after speech, when the buffer reaches
   `cut_after_seconds` (it is then cut), and at finish(). It decodes the buffer's audio up
@@ -21,8 +22,8 @@ Two passes, as production recognizers give interim and final results:
   utterance, and the page marks those it changed (revision.py).
 
 Which audio a final pass decodes depends on the audio alone: the end of an utterance is
-the voice detector's (frame by frame), a buffer restarts `lead_in_seconds` before its
-first voice, and a long buffer is cut where the final pass of its first
+the voice detector's (frame by frame, utterances.py), a buffer restarts `lead_in_seconds`
+before its first voice, and a long buffer is cut where the final pass of its first
 `cut_after_seconds` says; the prompt and the given words are earlier final text, and the
 sampling of a window that falls back is seeded. So the final text is the same however
 the chunks arrive and whenever the decodes run.
@@ -37,7 +38,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable, Deque, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
@@ -55,16 +55,8 @@ from .inbox import AudioInbox
 from .policy import START_SLACK_S, Decision, TimedWord
 from .revision import Revision, compare
 from .snapshots import BufferView, LiveStats, LiveUpdate, buffer_view, percentile
+from .utterances import FinalDue, Utterances
 from .vad import FRAME, VoiceDetector
-
-
-@dataclass(frozen=True)
-class _FinalDue:
-    """A final pass that is due: decode the buffer up to `until` (a stream sample)."""
-
-    until: int
-    speech_end: Optional[int]  # a pause: where the speech ended (stream sample)
-    cut: bool  # the buffer is full: cut it after the pass
 
 
 class LiveSession:
@@ -80,6 +72,7 @@ class LiveSession:
         self.decoder = decoder  # replaced by set_decoder (e.g. the cache switch)
         self.final_decoder = final_decoder or final_decoder_like(decoder, self.config)
         self.vad = vad if vad is not None else VoiceDetector()
+        self.utterances = Utterances(self.vad, self.config)
         self.clock = clock
         self.policy = make_policy(self.config)
         self.inbox = AudioInbox(self.config.max_backlog_seconds, clock)
@@ -89,7 +82,7 @@ class LiveSession:
         self._buffer = np.zeros(0, dtype=np.float32)
         self._offset = 0  # stream sample of buffer[0]
         self._decoded_to = 0  # stream sample up to which the last streamed decode heard
-        self._final_to = 0  # stream sample up to which final passes have judged the speech
+        self._streamed_from = 0  # stream sample where the streamed decodes' audio starts
         self._final_count = 0  # the policy's committed words that are final (the first ones)
         # the tokens the last final pass wrote for the final words of the buffer:
         # (buffer start, final words then, tokens)
@@ -205,7 +198,7 @@ class LiveSession:
         result = self._last_result
         return LiveStats(
             decodes=self._decodes, skipped=self._skipped, loops=self._loops,
-            unprompted=self._context.unprompted(self._offset),
+            unprompted=self._context.unprompted(self._streamed_from),
             first_token_ms_median=percentile(ft, 50), first_token_ms_p95=percentile(ft, 95),
             commit_s_median=percentile(cs, 50), commit_s_p95=percentile(cs, 95),
             last_first_token_ms=self._last_first_token_ms, last_decode_ms=self._last_decode_ms,
@@ -227,8 +220,8 @@ class LiveSession:
         nothing until it is done (its text replaces the utterance's at once)."""
         if self._in_final_pass:
             return self.committed_text, self.tentative_text
-        in_buffer = len(self.policy.committed_after(self._offset / SAMPLE_RATE))
-        return self.committed_text, " ".join(event.transcript.split()[in_buffer:])
+        given = len(self.policy.committed_after(self._streamed_from / SAMPLE_RATE))
+        return self.committed_text, " ".join(event.transcript.split()[given:])
 
     # ------------------------------------------------------------------ decoding (one thread)
 
@@ -257,8 +250,8 @@ class LiveSession:
         while (due := self._final_due()) is not None:
             yield from self._final_pass(due, newest_arrival)
         end = self._offset + self._buffer.size
-        if self._unfinal_speech() or self._final_count < len(self.policy.committed):
-            yield from self._final_pass(_FinalDue(end, None, False), newest_arrival, last=True)
+        if self.utterances.unjudged_speech() or self._final_count < len(self.policy.committed):
+            yield from self._final_pass(FinalDue(end, None, False), newest_arrival, last=True)
         else:
             self._skipped += 1
             self._tentative = ()
@@ -314,28 +307,14 @@ class LiveSession:
             self.policy.finalize(self._final_count, len(before), before, self._tentative)
             self._final_count += len(before)
             self._final_tokens = None
-        self._final_to = max(self._final_to, self._offset)
+        self.utterances.judged(self._offset)
 
-    def _unfinal_speech(self, until: Optional[int] = None) -> bool:
-        """Enough voice after what the final passes judged to be worth decoding."""
-        return self.vad.voiced_seconds(self._final_to, until) >= self.config.min_speech_seconds
-
-    def _final_due(self) -> Optional[_FinalDue]:
-        """The first end of an utterance not judged yet, in stream order: a pause the voice
-        detector has heard whole, or the buffer's `cut_after_seconds` mark."""
-        pause = int(self.config.pause_seconds * SAMPLE_RATE)
-        speech_end = self.vad.utterance_end(self._final_to, pause)
-        cut = self._offset + int(self.config.cut_after_seconds * SAMPLE_RATE)
-        end = self._offset + self._buffer.size
-        if speech_end is not None and speech_end + pause <= min(cut, end):
-            return _FinalDue(speech_end + pause, speech_end, False)
-        if end >= cut:
-            return _FinalDue(cut, None, True)
-        return None
+    def _final_due(self) -> Optional[FinalDue]:
+        return self.utterances.next_end(self._offset, self._offset + self._buffer.size)
 
     # ------------------------------------------------------------------ the final pass
 
-    def _final_pass(self, due: _FinalDue, newest_arrival: Optional[float], last: bool = False):
+    def _final_pass(self, due: FinalDue, newest_arrival: Optional[float], last: bool = False):
         """Decode the buffer up to `due.until`; its words after the final ones replace the
         streamed words there (all of them at a pause or the end; before the cut point at a
         cut)."""
@@ -344,7 +323,7 @@ class LiveSession:
                            if self.policy.committed[i].end > offset_s + START_SLACK_S]
         given_end = final_in_buffer[-1].end if final_in_buffer else None
         given = self._given(final_in_buffer, offset_s)
-        decoded = self._unfinal_speech(due.until) or self._final_count < len(self.policy.committed)
+        decoded = self.utterances.unjudged_speech(due.until) or self._final_count < len(self.policy.committed)
         result, words, continued = None, [], False
         if decoded:
             prompt = self._context.text_before(offset_s)
@@ -355,7 +334,7 @@ class LiveSession:
             # text where the speaker went on): the rest is decoded as transcribe decodes its
             # next window, from the given words' end, with the text before as the prompt.
             resume = int(round(given_end * SAMPLE_RATE)) if given_end is not None else self._offset
-            if given and not words and not due.cut and self._unfinal_speech(due.until):
+            if given and not words and not due.cut and self.utterances.unjudged_speech(due.until):
                 before = " ".join([prompt or ""] + [w.text for w in final_in_buffer]).strip()
                 more = yield from self._final_decode(resume, due.until, before[-self.config.prompt_chars:].lstrip(),
                                                      None, newest_arrival)
@@ -368,14 +347,14 @@ class LiveSession:
             cut_s = cut_point(words, segment_ends, given_end, before)
             if cut_s is None:  # no word there: cut the audio as it is
                 cut_s = before
-            cut_s = _cut_sample(self.vad, cut_s) / SAMPLE_RATE
+            cut_s = self.utterances.cut_sample(cut_s) / SAMPLE_RATE
             words = [w for w in words if midpoint(w) < cut_s]
         revision = self._make_final(words, cut_s, None if continued else result, due)
         self._buffer_view = buffer_view(self._buffer[:due.until - self._offset], offset_s, None,
                                         Decision((), ()), (), self.policy.committed_end, at_pause=True)
         if due.speech_end is not None:
             self._final_delay_s.append(self.clock() - self.inbox.arrival_of(due.until / SAMPLE_RATE, self.clock()))
-        self._final_to = max(self._final_to, due.until if cut_s is None else int(round(cut_s * SAMPLE_RATE)))
+        self.utterances.judged(due.until if cut_s is None else int(round(cut_s * SAMPLE_RATE)))
         if cut_s is not None:
             self._cut_to(int(round(cut_s * SAMPLE_RATE)))
         if last:
@@ -422,7 +401,7 @@ class LiveSession:
         return Given(Prefix(tuple(w.text for w in words), max(0.0, words[0].start - offset_s)), tokens)
 
     def _make_final(self, words: List[TimedWord], cut_s: Optional[float], result: Optional[DecodeResult],
-                    due: _FinalDue) -> Revision:
+                    due: FinalDue) -> Revision:
         """Replace the streamed words the pass judged by its `words`; the revision made."""
         now = self.clock()
         first = self._final_count
@@ -459,19 +438,21 @@ class LiveSession:
             return  # not due: too little new audio
         # (the voice detector's frames are 32 ms: the last one may straddle the decode's end)
         new_speech = self.vad.last_voice_end > self._decoded_to + FRAME
-        if not self._unfinal_speech() or (not new_speech and not self._tentative):
+        if not self.utterances.unjudged_speech() or (not new_speech and not self._tentative):
             # Nothing said that is not final yet, or nothing new said and nothing tentative
             # left to settle: don't ask the decoder
             self._skipped += 1
             self._decoded_to = end
             yield self._update(Decision((), self._tentative), decoded=False,
-                               reason="no speech" if not self._unfinal_speech() else "no new speech")
+                               reason="no speech" if not self.utterances.unjudged_speech() else "no new speech")
             return
         self._decodes += 1
-        offset_s = self._offset / SAMPLE_RATE
-        context = self._context.for_decode(self._offset, offset_s)
+        self._streamed_from = start = self.utterances.in_progress(self._offset, end)
+        audio = self._buffer[start - self._offset:]
+        offset_s = start / SAMPLE_RATE
+        context = self._context.for_decode(start, offset_s)
         started, cpu_started = self.clock(), time.process_time()
-        attempt = yield from decode_attempt(self.decoder(self._buffer, context.prompt, context.draft, context.prefix),
+        attempt = yield from decode_attempt(self.decoder(audio, context.prompt, context.draft, context.prefix),
                                             newest_arrival, self.clock, offset_s, stop=self._pause_heard)
         result = attempt.result
         now = self.clock()
@@ -489,7 +470,7 @@ class LiveSession:
             self._first_token_ms.append(attempt.first_token_ms)
 
         hyp = hypothesis(result, offset_s, end / SAMPLE_RATE, context.prefix, attempt.token_peaks)
-        context_change = self._context.decoded(self._offset, context, result, attempt.looped)
+        context_change = self._context.decoded(start, context, result, attempt.looped)
         if attempt.looped:
             self._loops += 1
             if not self.policy.reads_loops:
@@ -500,7 +481,7 @@ class LiveSession:
             decision = self.policy.update(hyp)
         self._committed_at += [(now, "streamed")] * len(decision.committed)
         latencies = self._commit_latencies(decision.committed, now)
-        self._buffer_view = buffer_view(self._buffer, offset_s, hyp, decision, attempt.token_peaks,
+        self._buffer_view = buffer_view(audio, offset_s, hyp, decision, attempt.token_peaks,
                                         self.policy.committed_end)
         self._tentative = decision.tentative
         if attempt.looped:  # its words after the loop began were not heard: not shown
@@ -521,7 +502,7 @@ class LiveSession:
         self._offset = stream_sample
         self._decoded_to = max(self._decoded_to, self._offset)
         self._context.new_buffer()
-        self.vad.forget_before(min(self._offset, self._final_to))
+        self.vad.forget_before(min(self._offset, self.utterances.judged_to))
         self.inbox.forget_before(self._offset)
         self._trimmed += n / SAMPLE_RATE
         return n / SAMPLE_RATE
@@ -548,13 +529,6 @@ class LiveSession:
             final_words=tuple(self.policy.shown_words(0, self._final_count)),
             streamed=self.streamed_text,
             revision=revision)
-
-
-def _cut_sample(vad: VoiceDetector, cut_at: float) -> int:
-    """A cut point moved into the pause that follows it, if one comes soon."""
-    sample = int(round(cut_at * SAMPLE_RATE))
-    pause = vad.pause_after(sample, within=int(0.5 * SAMPLE_RATE))
-    return pause if pause is not None else sample
 
 
 def final_decoder_like(decoder: Decoder, config: LiveConfig) -> FinalDecoder:

@@ -26,6 +26,7 @@ decode slot.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Optional
 
 import gradio as gr
@@ -43,6 +44,7 @@ from .store import Defaults, ModelStore
 __all__ = ["build_app", "launch", "warm_up_events", "Defaults", "ModelStore", "APP_CSS"]
 
 log = logging.getLogger(__name__)
+ANALYTICS_EVERY_ENV = "GRADIO_ANALYTICS_CACHE_FREQUENCY"  # read when the queue is made
 
 APP_CSS = PANEL_CSS + COMPARE_CSS + WINDOW_STRIP_CSS + ATTENTION_CSS + LIVE_CSS + """
 #wk-header h1 { margin: 0; font-size: 1.6rem; }
@@ -121,6 +123,11 @@ def build_app(store: ModelStore, defaults: Optional[Defaults] = None) -> gr.Bloc
             # it); decodes of a closed tab are closed by Gradio's queue (see transcribe_tab).
             app.unload(live.page_closed)
         app.unload(remove_session_files)  # the tab's own folders (attention downloads)
+    # Gradio's queue recomputes a pandas summary of its last 10,000 events after every event,
+    # for a monitoring page this app does not enable. A live page sends ~14 events a second
+    # (a chunk every 0.1 s, the timer's redraws), and each summary took 5-10 ms as the
+    # events piled up: CPU taken from the live decodes. Once per 10,000 events instead.
+    os.environ.setdefault(ANALYTICS_EVERY_ENV, "10000")
     app.queue(default_concurrency_limit=defaults.concurrency, max_size=defaults.max_queue)
     return app
 

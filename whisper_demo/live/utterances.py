@@ -1,0 +1,79 @@
+"""Where a live stream's utterances end and where the one in progress starts, read from
+the voice detector's frames alone: so the same audio gives the same answers however it
+was chunked and whenever the session asks.
+
+    utterances = Utterances(vad, config)
+    due = utterances.next_end(buffer_start, buffer_end)   # a FinalDue, or None
+    ... the final pass decodes the buffer up to due.until ...
+    utterances.judged(due.until)
+    start = utterances.in_progress(buffer_start, buffer_end)  # the streamed decodes' audio
+
+An utterance ends where the speaker paused (`pause_seconds` without voice after speech),
+or, inside long speech, where the buffer reaches `cut_after_seconds` (the session then
+cuts it). Positions are stream samples at 16 kHz.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..audio import SAMPLE_RATE
+from .config import LiveConfig
+from .vad import VoiceDetector
+
+
+@dataclass(frozen=True)
+class FinalDue:
+    """A final pass that is due: decode the buffer up to `until` (a stream sample)."""
+
+    until: int
+    speech_end: Optional[int]  # a pause: where the speech ended (stream sample)
+    cut: bool  # the buffer is full: cut it after the pass
+
+
+class Utterances:
+    def __init__(self, vad: VoiceDetector, config: LiveConfig):
+        self.vad = vad
+        self.config = config
+        self.judged_to = 0  # stream sample up to which final passes have judged the speech
+
+    def judged(self, until: int) -> None:
+        """A final pass (or audio dropped unheard) settled the speech up to `until`."""
+        self.judged_to = max(self.judged_to, until)
+
+    def unjudged_speech(self, until: Optional[int] = None) -> bool:
+        """Enough voice after what the final passes judged to be worth decoding."""
+        return self.vad.voiced_seconds(self.judged_to, until) >= self.config.min_speech_seconds
+
+    def next_end(self, buffer_start: int, buffer_end: int) -> Optional[FinalDue]:
+        """The first end of an utterance not judged yet, in stream order: a pause the voice
+        detector has heard whole, or the buffer's `cut_after_seconds` mark."""
+        pause = int(self.config.pause_seconds * SAMPLE_RATE)
+        speech_end = self.vad.utterance_end(self.judged_to, pause)
+        cut = buffer_start + int(self.config.cut_after_seconds * SAMPLE_RATE)
+        if speech_end is not None and speech_end + pause <= min(cut, buffer_end):
+            return FinalDue(speech_end + pause, speech_end, False)
+        if buffer_end >= cut:
+            return FinalDue(cut, None, True)
+        return None
+
+    def in_progress(self, buffer_start: int, buffer_end: int) -> int:
+        """Where a streamed decode's audio starts: the buffer's start, or, once a final pass
+        has judged an utterance in it, `lead_in_seconds` before the voice that followed.
+        The words before are final: the decode gets them as its prompt and encodes the
+        utterance in progress, not the whole buffer (up to 25 s, pauses included, which
+        the final pass needs and a streamed decode does not), as whisper_streaming trims
+        its buffer once a sentence is done."""
+        if self.judged_to <= buffer_start:
+            return buffer_start
+        onset = self.vad.first_voice(self.judged_to)
+        start = (onset if onset is not None else self.judged_to) - int(self.config.lead_in_seconds * SAMPLE_RATE)
+        return min(max(start, buffer_start), buffer_end)
+
+    def cut_sample(self, cut_at: float) -> int:
+        """A cut point (stream seconds) moved into the pause that follows it, if one comes
+        soon."""
+        sample = int(round(cut_at * SAMPLE_RATE))
+        pause = self.vad.pause_after(sample, within=int(0.5 * SAMPLE_RATE))
+        return pause if pause is not None else sample
