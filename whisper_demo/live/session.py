@@ -291,12 +291,10 @@ class LiveSession:
         voice (decided by the voice detector's frames, not by when this runs); while it
         holds silence only, only that much of it is kept."""
         if not self.policy.committed_after(self._offset / SAMPLE_RATE):
-            onset = self.vad.first_voice(self._offset)
             # no voice yet: what the detector has scored is silence (the samples after it,
             # less than a frame, may hold the onset: not cut, or the start would depend on
             # where the chunks ended)
-            heard = onset if onset is not None else self.vad.scored_until
-            self._cut_to(heard - int(self.config.lead_in_seconds * SAMPLE_RATE))
+            self._cut_to(self.utterances.lead_in_before_voice(self._offset, otherwise=self.vad.scored_until))
 
     def _final_before_buffer(self) -> None:
         """Audio was dropped unjudged (a decoder slower than the stream): the streamed words
@@ -438,13 +436,14 @@ class LiveSession:
             return  # not due: too little new audio
         # (the voice detector's frames are 32 ms: the last one may straddle the decode's end)
         new_speech = self.vad.last_voice_end > self._decoded_to + FRAME
-        if not self.utterances.unjudged_speech() or (not new_speech and not self._tentative):
+        unjudged = self.utterances.unjudged_speech()
+        if not unjudged or (not new_speech and not self._tentative):
             # Nothing said that is not final yet, or nothing new said and nothing tentative
             # left to settle: don't ask the decoder
             self._skipped += 1
             self._decoded_to = end
             yield self._update(Decision((), self._tentative), decoded=False,
-                               reason="no speech" if not self.utterances.unjudged_speech() else "no new speech")
+                               reason="no speech" if not unjudged else "no new speech")
             return
         self._decodes += 1
         self._streamed_from = start = self.utterances.in_progress(self._offset, end)

@@ -67,9 +67,15 @@ class Utterances:
         its buffer once a sentence is done."""
         if self.judged_to <= buffer_start:
             return buffer_start
-        onset = self.vad.first_voice(self.judged_to)
-        start = (onset if onset is not None else self.judged_to) - int(self.config.lead_in_seconds * SAMPLE_RATE)
+        start = self.lead_in_before_voice(self.judged_to, otherwise=self.judged_to)
         return min(max(start, buffer_start), buffer_end)
+
+    def lead_in_before_voice(self, after: int, otherwise: int) -> int:
+        """`lead_in_seconds` before the first voiced frame at or after `after` (before
+        `otherwise` while no voice has been heard there): where audio that is to hear that
+        voice starts."""
+        onset = self.vad.first_voice(after)
+        return (onset if onset is not None else otherwise) - int(self.config.lead_in_seconds * SAMPLE_RATE)
 
     def cut_sample(self, cut_at: float) -> int:
         """A cut point (stream seconds) moved into the pause that follows it, if one comes
