@@ -139,12 +139,26 @@ def test_finish_makes_every_word_final_once():
         "streamed", "streamed", "final pass"]  # "It is" kept as first committed; "late." by the final pass
 
 
-def test_a_final_pass_that_writes_nothing_keeps_the_streamed_words():
+def test_a_final_pass_that_writes_nothing_decodes_the_utterance_alone_and_never_keeps_streamed_words():
+    # The first utterance is final; the second one's pass, given it, writes nothing, and so
+    # does the decode from the given words' end: the second utterance's own audio is
+    # decoded alone (from 0.3 s before its voice, no prompt), and its words are final
+    script = Script(LATE[:2], LATE, [("We", 0.4, 0.7)], [("We", 0.4, 0.7), ("go", 0.7, 1.0)])
+    final = FinalScript(IT_IS_LATE, [], [], [("We", 0.3, 0.6), ("go.", 0.6, 1.2)])
+    feed = Feed(session_of(script, final))
+    feed(loud(2.0), step=1.0)(quiet(0.8))(loud(1.0), step=1.0)(quiet(0.8))
+    # the second voice starts in the frame from 2.784 s: decoded alone from 2.484 s
+    assert [(c[1], c[2]) for c in final.calls[1:]] == [(None, ("It's", "late.")), ("It's late.", ()), (None, ())]
+    assert final.calls[3][0] == pytest.approx(final.calls[2][0] - (2.484 - 1.9))
+    assert feed.session.final_text == "It's late. We go."
+    # when that writes nothing too, the utterance has no final words: the streamed ones
+    # committed by then are not kept (whether there were any depends on when the decodes
+    # ran; the final text must not), and count as revised
     script = Script(LATE[:2], LATE)
-    feed = Feed(session_of(script, FinalScript([])))
+    feed = Feed(session_of(script, FinalScript([], [])))
     feed(loud(2.0), step=1.0)(quiet(1.0))
     [(_, update)] = feed.final_passes()
-    assert update.final_words == ("It", "is") and update.revision.kept_streamed
+    assert update.final_words == () and update.revision.revised == 2 and feed.session.final_text == ""
 
 
 def test_silence_and_short_clicks_get_no_decode():
@@ -396,3 +410,38 @@ def test_a_pause_heard_while_a_streamed_decode_runs_stops_it_for_the_final_pass(
     assert [u.reason for u in updates] == ["a pause was heard while decoding: the final pass takes over",
                                            "final pass at a pause: the utterance heard whole"]
     assert updates[0].committed == "" and updates[1].final_words == ("It's", "late.")
+
+
+def test_a_long_utterance_is_heard_by_the_streamed_decodes_from_a_committed_sentence_on():
+    # 7 s of speech without a pause, a sentence every three words: once the utterance in
+    # progress outgrows 4 s, each streamed decode starts at a committed word's end (a
+    # sentence's when one fits), with the words before as its prompt; the final pass
+    # still hears the whole buffer
+    said = [(f"w{i}" + ("." if i % 3 == 2 else ""), 0.1 + 0.5 * i, 0.5 + 0.5 * i) for i in range(14)]
+    heard = []
+
+    def decoder(audio, prompt, draft=None, prefix=None):
+        end = (session._offset + session._buffer.size) / SR
+        start = round(end - audio.size / SR, 3)
+        heard.append((start, round(end, 3), prompt))
+        words = [(w, a - start, b - start) for w, a, b in said if a >= start and b <= end]
+        yield token_event(0, " ".join(w for w, _, _ in words))
+        yield scripted_result(words)
+
+    config = LiveConfig(policy="agreement", min_new_seconds=1.0, min_vote_seconds=0.0, right_context_seconds=0.3,
+                        streamed_window_seconds=4.0, streamed_keep_seconds=1.5)
+    final = FinalScript(said)
+    session = session_of(decoder, final, config)
+    feed = Feed(session)
+    feed(loud(7.0), step=1.0)
+    feed.finish()
+    starts = [start for start, _, _ in heard]
+    assert starts == sorted(starts) and starts[0] == 0.0 and starts[-1] > 0.0
+    ends = {round(b, 3): w for w, _, b in said}
+    for start, end, prompt in heard:
+        if start > 0.0:
+            assert start in ends and prompt.endswith(ends[start])  # the words before: the prompt
+            assert end - start <= 4.0 + 1.0  # within the window, and one decode's growth
+    assert any(ends[start].endswith(".") for start in starts if start > 0.0)
+    assert final.calls == [(7.0, None, (), None)]
+    assert session.final_text == " ".join(w for w, _, _ in said)

@@ -5,7 +5,8 @@ import numpy as np
 from live_script import SR, loud, loud_voice, quiet
 
 from whisper_demo.live import LiveConfig
-from whisper_demo.live.utterances import FinalDue, Utterances
+from whisper_demo.live.policy import TimedWord
+from whisper_demo.live.utterances import FinalDue, Utterances, trimmed_start
 
 FRAME_S = 0.032
 
@@ -36,3 +37,36 @@ def test_the_streamed_decodes_start_just_before_the_voice_after_the_judged_speec
     silent = heard(loud(2.0), quiet(1.0))
     silent.judged(int(2.6 * SR))
     assert silent.in_progress(0, 3 * SR) == int(2.3 * SR)  # no voice since: from the judged end
+
+
+def words(*spec):
+    """'text@start-end' each, in stream seconds."""
+    out = []
+    for item in spec:
+        text, times = item.split("@")
+        start, end = times.split("-")
+        out.append(TimedWord(text, float(start), float(end)))
+    return out
+
+
+SAID = words("One@0.1-0.5", "two.@0.5-1.0", "Three@1.2-2.0", "four@2.0-3.0", "five.@3.0-4.0", "Six@4.5-5.5",
+             "seven@5.5-6.5", "eight.@6.5-7.5", "nine@7.6-8.0")
+
+
+def trim(end_s, committed=SAID, start_s=0.0, longest=6.0, keep=2.0):
+    return trimmed_start(int(start_s * SR), int(end_s * SR), committed, int(longest * SR), int(keep * SR)) / SR
+
+
+def test_a_long_streamed_window_starts_after_a_committed_sentence():
+    assert trim(5.9) == 0.0  # within 6 s: the whole utterance in progress
+    # 9 s: "eight." ends at 7.5 s but leaves less than 2 s after it; "five." at 4.0
+    # leaves 5.0 s (within 6 s); at 10 s, "eight." leaves 2.5 s
+    assert trim(9.0) == 4.0 and trim(10.0) == 7.5
+    # 14 s: no sentence end in the last 6 s: the latest committed word that leaves 2 s,
+    assert trim(14.0, SAID + words("ten@8.0-9.0", "eleven@9.0-9.5")) == 9.5
+    # ... a clause's end before any word's
+    assert trim(14.0, SAID + words("ten,@8.0-9.0", "eleven@9.0-9.5")) == 9.0
+    # never before the start it had, never into the audio nothing committed yet
+    assert trim(10.0, start_s=4.0) == 4.0
+    assert trim(10.0, committed=words("One@0.1-0.4")) == 0.4
+    assert trim(10.0, committed=[]) == 0.0

@@ -104,8 +104,8 @@ def _finish(session: LiveSession, result: FeedResult, started: float, clock_zero
     result.words = [(w.text, w.start, w.end) for w, _, _, _ in words]
     result.commit_times = [at - clock_zero for _, at, _, _ in words]
     result.commit_rules = [how for _, _, how, _ in words]
-    result.first_token_ms = list(session._first_token_ms)
-    result.final_delays_s = list(session._final_delay_s)
+    result.first_token_ms = list(session.meter.first_token_ms)
+    result.final_delays_s = list(session.meter.final_delay_s)
     result.decodes = stats.decodes
     result.final_passes = stats.final_passes
     result.wall_seconds = time.perf_counter() - started

@@ -21,6 +21,12 @@ class LiveConfig:
     # alignatt: below this much buffer a word needs more audio after it (alignatt.py, rule 4)
     start_seconds: float = 2.0
     min_new_seconds: float = 0.5  # new audio that makes a re-decode worth running
+    # A streamed decode hears the utterance in progress; past this much audio its start
+    # moves to the end of a committed word (a sentence's, if one fits), leaving at least
+    # `streamed_keep_seconds` after it (utterances.trimmed_start): its encoder then costs
+    # what ~18 s of input do (with encoder.MARGIN_SECONDS), not a whole window
+    streamed_window_seconds: float = 10.0
+    streamed_keep_seconds: float = 4.0
     right_context_seconds: float = 0.6  # see policy.py, rule 3
     min_vote_seconds: float = 2.0  # see policy.py, rule 3
     # silence after speech that ends an utterance: its final pass runs then (final_pass.py)

@@ -11,15 +11,16 @@ already final in the buffer given as the transcript's start, with the tokens the
 final pass wrote for them (their timestamps included). What it writes after them becomes
 final; production recognizers give interim and final results the same way.
 
-This module is the decoder of that pass and two pure pieces of it: which of its words are
-new, and where a long buffer is cut. The session (session.py) decides when it runs.
+This module is the decoder of that pass, which decodes it makes of one buffer, and two
+pure pieces of it: which of its words are new, and where a long buffer is cut. The
+session (session.py) decides when it runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Generator, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from whisper.tokenizer import get_tokenizer
@@ -83,6 +84,47 @@ def model_final_decoder(model, options: Optional[DecodeOptions] = None, precisio
 
     decode.options = options
     return decode
+
+
+def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generator], buffer_start: int,
+                prompt: Optional[str], final_in_buffer: Sequence[TimedWord], given: Optional[Given], *,
+                speech_left: bool, utterance_start: int, prompt_chars: int):
+    """The decodes of one final pass, over the buffer from `buffer_start` (stream samples)
+    to the pass's end. decode(start, prompt, given) runs the final decoder on the audio from
+    `start`: a generator of TokenEvents that returns its DecodeResult. Yields their
+    TokenEvents; returns (the first decode's result, the words written after the final
+    ones, whether those came from a later decode).
+
+    `speech_left`: the voice detector heard speech after the judged audio (and the pass is
+    not a cut's): a pass that writes no new words there decodes again. Every decode is
+    chosen by the audio and the final text alone, never by what the streamed pass had
+    committed, so the final text does not depend on when the decodes ran."""
+    offset_s = buffer_start / SAMPLE_RATE
+    given_end = final_in_buffer[-1].end if final_in_buffer else float("-inf")
+    result = yield from decode(buffer_start, prompt, given)
+    words = new_final_words(result, offset_s, given.prefix.words if given else (), given_end)
+    if words or not speech_left:
+        return result, words, False
+    continued = False
+    # A decode given the words before may stop right after them (it wrote the end of text
+    # where the speaker went on): the rest is decoded as transcribe decodes its next
+    # window, from the given words' end, with the text before as the prompt.
+    if given:
+        continued = True
+        resume = int(round(given_end * SAMPLE_RATE))
+        before = " ".join([prompt or ""] + [w.text for w in final_in_buffer]).strip()
+        more = yield from decode(resume, before[-prompt_chars:].lstrip(), None)
+        words = result_words(more, resume / SAMPLE_RATE)
+    # Still nothing where speech was heard (tiny.en, given the text before, can end at once
+    # on a hard word): the utterance's own audio, decoded alone as a session that began
+    # with it would decode it. What it writes, or nothing, is final. (Keeping the streamed
+    # words there instead made the final text depend on how far the streamed pass had
+    # got: one hard clip ended otherwise in real time than in the fast feed.)
+    if not words and (utterance_start > buffer_start or given or prompt):  # not the first decode again
+        continued = True
+        more = yield from decode(utterance_start, None, None)
+        words = result_words(more, utterance_start / SAMPLE_RATE)
+    return result, words, continued
 
 
 def result_words(result: Optional[DecodeResult], offset_s: float) -> List[TimedWord]:

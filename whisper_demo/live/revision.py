@@ -30,7 +30,6 @@ class Revision:
     tentative: Tuple[str, ...]  # the tentative words shown when it ran (expected to change)
     revised: int  # how many of `streamed` it changed or removed
     at: float  # when it was made (the session's clock)
-    kept_streamed: bool = False  # it wrote nothing: the streamed words were made final as they were
 
     @property
     def changed(self) -> Tuple[int, ...]:

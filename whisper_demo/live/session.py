@@ -37,8 +37,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from typing import Callable, Deque, Iterator, List, Optional, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -48,14 +47,14 @@ from .attempt import decode_attempt
 from .config import LiveConfig, check_decoder, make_policy
 from .context import ContextKeeper
 from .decoder import Decoder, Prefix, loop_start, model_decoder
-from .final_pass import (FinalDecoder, Given, cut_point, midpoint, model_final_decoder, new_final_words,
-                         result_words)
+from .final_pass import FinalDecoder, Given, cut_point, final_words, midpoint, model_final_decoder
 from .hypotheses import hypothesis
 from .inbox import AudioInbox
+from .meter import SessionMeter
 from .policy import START_SLACK_S, Decision, TimedWord
 from .revision import Revision, compare
-from .snapshots import BufferView, LiveStats, LiveUpdate, buffer_view, percentile
-from .utterances import FinalDue, Utterances
+from .snapshots import BufferView, LiveStats, LiveUpdate, buffer_view
+from .utterances import FinalDue, Utterances, trimmed_start
 from .vad import FRAME, VoiceDetector
 
 
@@ -83,6 +82,7 @@ class LiveSession:
         self._offset = 0  # stream sample of buffer[0]
         self._decoded_to = 0  # stream sample up to which the last streamed decode heard
         self._streamed_from = 0  # stream sample where the streamed decodes' audio starts
+        self._streamed_trim = 0  # ... at the earliest, once a long utterance moved it on
         self._final_count = 0  # the policy's committed words that are final (the first ones)
         # the tokens the last final pass wrote for the final words of the buffer:
         # (buffer start, final words then, tokens)
@@ -90,23 +90,9 @@ class LiveSession:
         # per committed word: when it was first shown committed, and by which pass
         self._committed_at: List[Tuple[float, str]] = []
         self._tentative: Tuple[TimedWord, ...] = ()
-        self._last_result: Optional[DecodeResult] = None
         self._buffer_view: Optional[BufferView] = None  # the audio the last decode read
-        self._decodes = 0
-        self._skipped = 0
-        self._loops = 0  # decodes that fell into a loop
-        self._final_passes = 0
-        self._streamed_judged = 0
-        self._revised = 0
         self._context = ContextKeeper(self.policy, self.config.prompt_chars, self.config.loop_reset_after)
-        self._first_token_ms: Deque[float] = deque(maxlen=self.config.history)
-        self._commit_s: Deque[float] = deque(maxlen=self.config.history)
-        self._final_delay_s: Deque[float] = deque(maxlen=self.config.history)
-        self._last_first_token_ms: Optional[float] = None
-        self._last_decode_ms: Optional[float] = None
-        self._last_cpu_ms: Optional[float] = None
-        self._last_encoder_ms: Optional[float] = None
-        self._last_final_ms: Optional[float] = None
+        self.meter = SessionMeter(self.config.history)  # what the panel shows of the decodes
         self._in_final_pass = False
         self._trimmed = 0.0  # audio cut from the buffer's start since the last update
         self.finished = False
@@ -194,25 +180,9 @@ class LiveSession:
         return (vad.scored_until - max(vad.last_voice_end, 0)) / SAMPLE_RATE
 
     def stats(self) -> LiveStats:
-        ft, cs, fd = list(self._first_token_ms), list(self._commit_s), list(self._final_delay_s)
-        result = self._last_result
-        return LiveStats(
-            decodes=self._decodes, skipped=self._skipped, loops=self._loops,
-            unprompted=self._context.unprompted(self._streamed_from),
-            first_token_ms_median=percentile(ft, 50), first_token_ms_p95=percentile(ft, 95),
-            commit_s_median=percentile(cs, 50), commit_s_p95=percentile(cs, 95),
-            last_first_token_ms=self._last_first_token_ms, last_decode_ms=self._last_decode_ms,
-            last_encoder_ms=self._last_encoder_ms,
-            last_tokens=result.n_tokens if result else 0,
-            last_from_draft=result.draft_accepted if result else 0,
-            last_draft_passes=result.draft_passes if result else 0,
-            last_given=result.prefix_given if result else 0,
-            audio_seconds=self.audio_seconds,
-            buffer_seconds=self.buffer_seconds, dropped_seconds=self.inbox.dropped / SAMPLE_RATE,
-            lost_seconds=self.lost_seconds, final_passes=self._final_passes,
-            streamed_judged=self._streamed_judged, revised_words=self._revised,
-            last_final_ms=self._last_final_ms, final_delay_s_median=percentile(fd, 50),
-            final_delay_s_p95=percentile(fd, 95), last_cpu_ms=self._last_cpu_ms)
+        return self.meter.stats(unprompted=self._context.unprompted(self._streamed_from),
+                                audio_seconds=self.audio_seconds, buffer_seconds=self.buffer_seconds,
+                                dropped_seconds=self.inbox.dropped / SAMPLE_RATE, lost_seconds=self.lost_seconds)
 
     def preview(self, event: TokenEvent) -> Tuple[str, str]:
         """(committed, tentative) while a decode is still emitting tokens: the streamed
@@ -253,7 +223,7 @@ class LiveSession:
         if self.utterances.unjudged_speech() or self._final_count < len(self.policy.committed):
             yield from self._final_pass(FinalDue(end, None, False), newest_arrival, last=True)
         else:
-            self._skipped += 1
+            self.meter.skipped += 1
             self._tentative = ()
             self._cut_to(end)
             yield self._update(Decision((), ()), decoded=False, final=True, reason="nothing more was said")
@@ -324,20 +294,7 @@ class LiveSession:
         decoded = self.utterances.unjudged_speech(due.until) or self._final_count < len(self.policy.committed)
         result, words, continued = None, [], False
         if decoded:
-            prompt = self._context.text_before(offset_s)
-            result = yield from self._final_decode(self._offset, due.until, prompt, given, newest_arrival)
-            words = new_final_words(result, offset_s, given.prefix.words if given else (),
-                                    given_end if given_end is not None else float("-inf"))
-            # A decode given the words before may stop right after them (it wrote the end of
-            # text where the speaker went on): the rest is decoded as transcribe decodes its
-            # next window, from the given words' end, with the text before as the prompt.
-            resume = int(round(given_end * SAMPLE_RATE)) if given_end is not None else self._offset
-            if given and not words and not due.cut and self.utterances.unjudged_speech(due.until):
-                before = " ".join([prompt or ""] + [w.text for w in final_in_buffer]).strip()
-                more = yield from self._final_decode(resume, due.until, before[-self.config.prompt_chars:].lstrip(),
-                                                     None, newest_arrival)
-                words = result_words(more, resume / SAMPLE_RATE)
-                continued = True
+            result, words, continued = yield from self._final_words(due, final_in_buffer, given, newest_arrival)
         cut_s = None
         if due.cut:
             segment_ends = [offset_s + s.end for s in result.segments] if result is not None else []
@@ -351,7 +308,7 @@ class LiveSession:
         self._buffer_view = buffer_view(self._buffer[:due.until - self._offset], offset_s, None,
                                         Decision((), ()), (), self.policy.committed_end, at_pause=True)
         if due.speech_end is not None:
-            self._final_delay_s.append(self.clock() - self.inbox.arrival_of(due.until / SAMPLE_RATE, self.clock()))
+            self.meter.final_delay_s.append(self.clock() - self.inbox.arrival_of(due.until / SAMPLE_RATE, self.clock()))
         self.utterances.judged(due.until if cut_s is None else int(round(cut_s * SAMPLE_RATE)))
         if cut_s is not None:
             self._cut_to(int(round(cut_s * SAMPLE_RATE)))
@@ -361,6 +318,20 @@ class LiveSession:
                   else "a long buffer, cut")
         yield self._update(Decision((), self._tentative), decoded=decoded, final=last, result=result,
                            reason=f"final pass at {reason}", revision=revision)
+
+    def _final_words(self, due: FinalDue, final_in_buffer: List[TimedWord], given: Optional[Given],
+                     newest_arrival: Optional[float]):
+        """The final pass's decodes of the buffer up to `due.until` (final_pass.final_words):
+        its TokenEvents; returns (the first decode's result, the new words, whether they
+        came from a later decode)."""
+        def decode(start: int, prompt: Optional[str], given_words: Optional[Given]):
+            return self._final_decode(start, due.until, prompt, given_words, newest_arrival)
+
+        utterance = self.utterances.lead_in_before_voice(self.utterances.judged_to, otherwise=self._offset)
+        return (yield from final_words(
+            decode, self._offset, self._context.text_before(self._offset / SAMPLE_RATE), final_in_buffer, given,
+            speech_left=not due.cut and self.utterances.unjudged_speech(due.until),
+            utterance_start=max(self._offset, utterance), prompt_chars=self.config.prompt_chars))
 
     def _final_decode(self, start: int, until: int, prompt: Optional[str], given: Optional[Given],
                       newest_arrival: Optional[float]):
@@ -375,18 +346,8 @@ class LiveSession:
         finally:
             self._in_final_pass = False
         result = attempt.result
-        self._final_passes += 1
-        self._note_decode(self.clock() - started, cpu_started, result)
-        self._last_final_ms = self._last_decode_ms
+        self.meter.final_decoded(self.clock() - started, time.process_time() - cpu_started, result)
         return result
-
-    def _note_decode(self, wall_s: float, cpu_started: float, result: Optional[DecodeResult]) -> None:
-        """What the panel shows of the last decode (either pass): its wall and CPU time, its
-        encoder time, its result."""
-        self._last_decode_ms = wall_s * 1000
-        self._last_cpu_ms = (time.process_time() - cpu_started) * 1000
-        self._last_encoder_ms = result.encoder_ms if result is not None else None
-        self._last_result = result
 
     def _given(self, words: List[TimedWord], offset_s: float) -> Optional[Given]:
         """The final words of the buffer as the final pass is given them: with the tokens
@@ -408,9 +369,6 @@ class LiveSession:
         if cut_s is not None:  # only what lies before the cut is judged
             streamed = [w for w in streamed if midpoint(w) < cut_s]
             tentative = [w for w in tentative if midpoint(w) < cut_s]
-        kept_streamed = not words and bool(streamed)
-        if kept_streamed:  # it wrote nothing where the streamed pass heard words: keep those
-            words = list(streamed)
         changes, revised, kept = compare(streamed, tentative, words)
         at = [self._committed_at[first + kept[i]] if i in kept else (now, "final pass") for i in range(len(words))]
         self._commit_latencies([w for i, w in enumerate(words) if i not in kept], now)
@@ -419,14 +377,14 @@ class LiveSession:
         self.policy.finalize(first, len(streamed), words, left)
         self._tentative = left
         self._final_count = first + len(words)
-        self._streamed_judged += len(streamed)
-        self._revised += revised
+        self.meter.streamed_judged += len(streamed)
+        self.meter.revised += revised
         self._final_tokens = None
-        if cut_s is None and result is not None and not kept_streamed:
+        if cut_s is None and result is not None:
             self._final_tokens = (self._offset, self._final_count, tuple(result.tokens))
         shown = tuple(self.policy.shown_words(first, self._final_count))
         return Revision(first, shown, changes, tuple(w.text for w in streamed), tuple(w.text for w in tentative),
-                        revised, now, kept_streamed)
+                        revised, now)
 
     # ------------------------------------------------------------------ the streamed pass
 
@@ -440,13 +398,13 @@ class LiveSession:
         if not unjudged or (not new_speech and not self._tentative):
             # Nothing said that is not final yet, or nothing new said and nothing tentative
             # left to settle: don't ask the decoder
-            self._skipped += 1
+            self.meter.skipped += 1
             self._decoded_to = end
             yield self._update(Decision((), self._tentative), decoded=False,
                                reason="no speech" if not unjudged else "no new speech")
             return
-        self._decodes += 1
-        self._streamed_from = start = self.utterances.in_progress(self._offset, end)
+        self.meter.decodes += 1
+        self._streamed_from = start = self._streamed_start(end)
         audio = self._buffer[start - self._offset:]
         offset_s = start / SAMPLE_RATE
         context = self._context.for_decode(start, offset_s)
@@ -459,19 +417,17 @@ class LiveSession:
         if attempt.stopped:
             # The speaker paused while it decoded: the final pass, due now, hears the whole
             # utterance; finishing this decode would only keep it waiting.
-            self._last_decode_ms = (now - started) * 1000
+            self.meter.last_decode_ms = (now - started) * 1000
             yield self._update(Decision((), self._tentative), decoded=True,
                                reason="a pause was heard while decoding: the final pass takes over")
             return
-        self._note_decode(now - started, cpu_started, result)
-        self._last_first_token_ms = attempt.first_token_ms
-        if attempt.first_token_ms is not None:
-            self._first_token_ms.append(attempt.first_token_ms)
+        self.meter.decoded(now - started, time.process_time() - cpu_started, result)
+        self.meter.first_token(attempt.first_token_ms)
 
         hyp = hypothesis(result, offset_s, end / SAMPLE_RATE, context.prefix, attempt.token_peaks)
         context_change = self._context.decoded(start, context, result, attempt.looped)
         if attempt.looped:
-            self._loops += 1
+            self.meter.loops += 1
             if not self.policy.reads_loops:
                 hyp = None  # a loop's words get no vote
         if hyp is None:
@@ -488,6 +444,17 @@ class LiveSession:
         yield self._update(decision, decoded=True, first_token_ms=attempt.first_token_ms,
                            latencies=latencies, result=result, last_event=attempt.last_event,
                            reason=decision.reason)
+
+    def _streamed_start(self, end: int) -> int:
+        """Where a streamed decode's audio starts: the utterance in progress
+        (Utterances.in_progress), from a committed word's end on once it is long
+        (trimmed_start); the start only moves forward until the buffer moves on."""
+        start = max(self.utterances.in_progress(self._offset, end), self._streamed_trim)
+        trimmed = trimmed_start(start, end, self.policy.committed,
+                                int(self.config.streamed_window_seconds * SAMPLE_RATE),
+                                int(self.config.streamed_keep_seconds * SAMPLE_RATE))
+        self._streamed_trim = trimmed
+        return trimmed
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -509,7 +476,7 @@ class LiveSession:
     def _commit_latencies(self, words, now: float) -> Tuple[float, ...]:
         """Per newly committed word: from the arrival of the audio holding its end to now."""
         latencies = tuple(now - self.inbox.arrival_of(w.end, now) for w in words)
-        self._commit_s.extend(latencies)
+        self.meter.commit_s.extend(latencies)
         return latencies
 
     def _update(self, decision: Decision, *, decoded: bool, final: bool = False, first_token_ms=None,

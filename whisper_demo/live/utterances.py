@@ -16,10 +16,11 @@ cuts it). Positions are stream samples at 16 kHz.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 from ..audio import SAMPLE_RATE
 from .config import LiveConfig
+from .policy import TimedWord
 from .vad import VoiceDetector
 
 
@@ -83,3 +84,36 @@ class Utterances:
         sample = int(round(cut_at * SAMPLE_RATE))
         pause = self.vad.pause_after(sample, within=int(0.5 * SAMPLE_RATE))
         return pause if pause is not None else sample
+
+
+def trimmed_start(start: int, end: int, committed: Sequence[TimedWord], longest: int, keep: int) -> int:
+    """Where a streamed decode of stream samples start..end starts once that outgrew
+    `longest` samples (an utterance with no pause in it, up to the buffer's 25 s cut):
+    at the end of a committed word, so that the committed words before are the decode's
+    prompt, as whisper_streaming trims its buffer at a committed segment. The latest
+    sentence end that brings the audio within `longest` and leaves at least `keep` after
+    it; without one, the latest clause end (a comma, a colon); without one, the latest
+    committed word's end that leaves `keep`. `start` while the
+    audio is short enough, or no committed word allows a later start.
+
+    Only the streamed pass's audio: the final pass still hears the whole buffer. Why: the
+    encoder's cost grows with the audio, and a decode of 25 s took longer than the 0.5 s
+    of audio that made the next one due (tiny.en on 2 cores), so the streamed words fell
+    seconds behind the speech in the second half of every long utterance."""
+    if end - start <= longest:
+        return start
+    ends = [int(round(w.end * SAMPLE_RATE)) for w in committed]
+    usable = [(e, w) for e, w in zip(ends, committed) if start < e <= end - keep]
+    for boundary in (_ends_sentence, _ends_clause):
+        within = [e for e, w in usable if boundary(w) and end - e <= longest]
+        if within:
+            return within[-1]
+    return usable[-1][0] if usable else start
+
+
+def _ends_sentence(word: TimedWord) -> bool:
+    return word.ends_sentence
+
+
+def _ends_clause(word: TimedWord) -> bool:
+    return word.text.rstrip("\"')]").endswith((",", ";", ":"))
