@@ -1,12 +1,13 @@
 """A visitor of the page over plain HTTP, as the browser is: Gradio's queue protocol with
-its own session hash, events called by their place in the page (fn_index), microphone
-chunks uploaded and streamed as the page's recorder does. For the tests of what a visitor
-can make the server do, including the events the page wires without an API name.
+its own session hash, events called by their place in the page (fn_index), and the Live
+tab's microphone posted to its ticket as the page's recorder (browser_mic.js) posts it.
+For the tests of what a visitor can make the server do, including the events the page
+wires without an API name.
 
     page = PageClient(url)
-    event = page.start_stream("live-mic", "stream", first_chunk_wav)
-    page.send_chunk(event, next_chunk_wav)
-    done = page.call("live-mic", "stop_recording")     # outputs and messages of one call
+    started = page.record()                          # Record: a session and its ticket
+    page.send_audio(samples)                         # 0.1 s chunks, in order, as the page sends them
+    done = page.stop()                               # outputs and messages of one call
 """
 
 from __future__ import annotations
@@ -21,21 +22,13 @@ from typing import Dict, List, Optional
 
 import httpx
 import numpy as np
-import soundfile as sf
 
 from whisper_demo.audio import SAMPLE_RATE
 
 
-def write_chunks(samples: np.ndarray, folder: Path, seconds: float = 0.1, rate: int = SAMPLE_RATE):
-    """The recorder's chunks: 0.1 s WAV files, numbered as the page numbers them."""
-    folder.mkdir(parents=True, exist_ok=True)
-    step = int(seconds * rate)
-    paths = []
-    for i, start in enumerate(range(0, len(samples), step)):
-        path = folder / f"audio.seq{i:08d}.wav"
-        sf.write(path, (samples[start:start + step] * 32767).astype(np.int16), rate, subtype="PCM_16")
-        paths.append(path)
-    return paths
+def pcm16(samples: np.ndarray) -> np.ndarray:
+    """float samples in [-1, 1] as the page's recorder sends them: int16."""
+    return np.round(np.clip(samples, -1, 1) * 32767).astype("<i2")
 
 
 @dataclass
@@ -84,6 +77,9 @@ class PageClient:
         self.components = {c["id"]: c for c in config["components"]}
         self.dependencies = config["dependencies"]
         self.events: Dict[str, EventLog] = {}
+        self.ticket: Optional[dict] = None  # the Live tab's, after record()
+        self.sent = 0  # samples of the recording posted so far
+        self.rate = SAMPLE_RATE  # ... at this rate
         self._lock = threading.Lock()
         self._closed = False
         self._reader = threading.Thread(target=self._read_messages, daemon=True)
@@ -151,18 +147,61 @@ class PageClient:
         assert log.done.wait(timeout), f"{elem_id}.{trigger} did not complete in {timeout} s"
         return log
 
-    def start_stream(self, elem_id: str, trigger: str, chunk: Path, name: str = "audio.wav") -> str:
-        return self.submit(elem_id, trigger, self.upload(chunk, name))
+    def dependency_after(self, elem_id: str, trigger: str) -> dict:
+        """The event that runs after `trigger` of `elem_id` (its .then): Stop's handler runs
+        after the page's own Stop step."""
+        first = self.dependency(elem_id, trigger)["id"]
+        return next(d for d in self.dependencies if d.get("trigger_after") == first)
 
-    def send_chunk(self, event_id: str, elem_id: str, trigger: str, chunk: Path,
-                   name: str = "audio.wav") -> int:
-        """The next chunk of a stream (POST /stream/{event_id}); the HTTP status."""
-        dependency = self.dependency(elem_id, trigger)
-        data = self._inputs(dependency, self.upload(chunk, name))
-        return self.http.post(f"{self.api}/stream/{event_id}", json=self._body(dependency, data)).status_code
+    def call_after(self, elem_id: str, trigger: str, timeout: float = 120.0) -> EventLog:
+        dependency = self.dependency_after(elem_id, trigger)
+        response = self.http.post(self.api + "/queue/join", json=self._body(dependency, self._inputs(dependency)))
+        response.raise_for_status()
+        event_id = response.json()["event_id"]
+        log = self._log(event_id)
+        with self._lock:
+            self.events[event_id] = log
+        assert log.done.wait(timeout), f"{elem_id}.{trigger}'s follow-up did not complete in {timeout} s"
+        return log
 
-    def close_stream(self, event_id: str) -> None:
-        self.http.post(f"{self.api}/stream/{event_id}/close")
+    # --- the Live tab's browser microphone
+
+    def record(self, problem: str = "", timeout: float = 120.0) -> EventLog:
+        """Record pressed, the page holding a microphone (or `problem`: why it does not):
+        the call's log; its ticket, if it gave one, in self.ticket."""
+        log = self.call("live-record", "click", problem, timeout=timeout)
+        outputs = log.outputs
+        self.ticket = json.loads(outputs[1]) if outputs and outputs[1] else None
+        self.sent = 0
+        return log
+
+    def post_audio(self, pcm: np.ndarray, at: int, rate: int = SAMPLE_RATE, end: bool = False,
+                   ticket: Optional[dict] = None) -> httpx.Response:
+        """One request of the page's recorder: int16 samples from sample `at` of the recording."""
+        ticket = ticket or self.ticket
+        params = {"at": at, "rate": rate}
+        if end:
+            params["end"] = "1"
+        return self.http.post(f"{self.url}/{ticket['path']}", params=params, content=np.asarray(pcm, "<i2").tobytes(),
+                              headers={"Content-Type": "application/octet-stream"})
+
+    def send_audio(self, samples: np.ndarray, rate: int = SAMPLE_RATE, chunk_seconds: float = 0.1,
+                   end: bool = False) -> List[httpx.Response]:
+        """float samples posted as the page posts them: chunk by chunk, in order, one at a
+        time, continuing the recording. The replies."""
+        self.rate = rate
+        pcm, step, replies = pcm16(samples), max(1, int(chunk_seconds * rate)), []
+        for start in range(0, len(pcm), step):
+            chunk = pcm[start:start + step]
+            replies.append(self.post_audio(chunk, self.sent, rate, end=end and start + step >= len(pcm)))
+            self.sent += len(chunk)
+        return replies
+
+    def stop(self, timeout: float = 120.0) -> EventLog:
+        """Stop pressed: the page's last chunk (end=1), then Stop's handler."""
+        if self.ticket is not None:
+            self.post_audio(np.zeros(0, "<i2"), self.sent, self.rate, end=True)
+        return self.call_after("live-stop", "click", timeout=timeout)
 
     def wait(self, event_id: str, predicate, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from app_server import running_app
-from page_client import PageClient, write_chunks
+from page_client import PageClient
 from whisper_demo.audio import SAMPLE_RATE, load_audio
 from whisper_demo.examples import clip_path
 
@@ -70,26 +70,26 @@ def upload_visitor(url: str, results: dict, index: int) -> None:
         results[f"upload{index}"] = ("refused", str(exc))
 
 
-def live_visitor(url: str, chunks, results: dict, index: int) -> None:
+def live_visitor(url: str, speech, results: dict, index: int) -> None:
     page = PageClient(url)
     seen_committed = []
     try:
-        event = page.start_stream("live-mic", "stream", chunks[0], chunks[0].name)
-        if not page.wait(event, lambda log: log.streaming() or log.done.is_set(), 90) \
-                or page.events[event].error:
-            results[f"live{index}"] = ("refused", page.events[event].error or "no answer in 90 s")
+        started = page.record(timeout=90)
+        if started.error:
+            results[f"live{index}"] = ("refused", started.error)
             return
         accepted = time.monotonic()  # the server runs this session from before now...
-        for i, chunk in enumerate(chunks[1:], start=1):
-            page.send_chunk(event, "live-mic", "stream", chunk, chunk.name)
+        step = SAMPLE_RATE // 10
+        for i, start in enumerate(range(0, len(speech), step), start=1):
+            page.send_audio(speech[start:start + step])  # the page's 0.1 s chunks
             time.sleep(0.02)
             if i % 10 == 0:  # what the page's timer would show: committed words so far
                 tick = page.call(None, "tick", timeout=60)
                 if tick.outputs:
                     seen_committed.append(committed_text(tick.outputs[0]))
         stopping = time.monotonic()  # ...until after now
-        stop = page.call("live-mic", "stop_recording", timeout=120)
-        final = committed_text(stop.outputs[1]) if stop.outputs else ""
+        stop = page.stop(timeout=120)
+        final = committed_text(stop.outputs[3]) if stop.outputs else ""  # timer, Record, Stop, transcript
         results[f"live{index}"] = ("text", final, seen_committed, (accepted, stopping))
     except Exception as exc:
         results[f"live{index}"] = ("failed", repr(exc))
@@ -118,8 +118,8 @@ def test_twenty_visitors_at_once_each_get_their_text_or_a_clear_refusal(tmp_path
         sampler.start()
         results: dict = {}
         visitors = [threading.Thread(target=upload_visitor, args=(server.url, results, i)) for i in range(UPLOADERS)]
-        visitors += [threading.Thread(target=live_visitor, args=(
-            server.url, write_chunks(speech, tmp_path / f"live{i}"), results, i)) for i in range(STREAMERS)]
+        visitors += [threading.Thread(target=live_visitor, args=(server.url, speech, results, i))
+                     for i in range(STREAMERS)]
         began = time.monotonic()
         for visitor in visitors:
             visitor.start()

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from page_client import PageClient, write_chunks
+from page_client import PageClient, pcm16
 from whisper_demo.audio import SAMPLE_RATE, load_audio
 from whisper_demo.examples import clip_path
 from whisper_demo.limits import Limits
@@ -75,15 +75,13 @@ def serve(tiny_model):
         server.close()
 
 
-def stream(page: PageClient, chunks) -> str:
-    """Record: the first chunk joins the stream event, the rest follow it. The event id."""
-    event = page.start_stream("live-mic", "stream", chunks[0], chunks[0].name)
-    assert page.wait(event, lambda log: log.streaming() or log.done.is_set(), 60)
-    for chunk in chunks[1:]:
-        if page.events[event].done.is_set():
-            break
-        page.send_chunk(event, "live-mic", "stream", chunk, chunk.name)
-    return event
+def record(page: PageClient, samples: np.ndarray):
+    """Record, then the page's recorder posts `samples` in 0.1 s chunks: Record's log."""
+    started = page.record()
+    if started.error is None:
+        replies = page.send_audio(samples)
+        assert all(r.status_code == 200 for r in replies), [r.text for r in replies if r.status_code != 200]
+    return started
 
 
 # --------------------------------------------------------------------------------------
@@ -245,28 +243,24 @@ def test_models_past_the_limit_are_unloaded_least_recently_used_and_aliases_load
 # 3. Live sessions: how many, and for how long
 
 
-@pytest.fixture
-def speech_chunks(tmp_path):
-    samples = load_audio(JFK)[: 3 * SAMPLE_RATE]
-    return lambda name, seconds=3.0: write_chunks(samples[: int(seconds * SAMPLE_RATE)], tmp_path / name)
+SPEECH = load_audio(JFK)[: 3 * SAMPLE_RATE]
 
 
-def test_live_sessions_past_the_limit_are_refused_with_a_clear_message(serve, speech_chunks):
+def test_live_sessions_past_the_limit_are_refused_with_a_clear_message(serve):
     server = serve(limits=Limits(max_live_sessions=2))
-    tab = server.handler_object("live-mic", "stream")
+    tab = server.handler_object("live-record", "click")
     pages = [PageClient(server.url) for _ in range(3)]
     try:
-        events = [stream(page, speech_chunks(f"visitor{i}", 0.5)) for i, page in enumerate(pages)]
-        refused = pages[2].events[events[2]]
-        assert refused.done.wait(30)
+        started = [record(page, SPEECH[: SAMPLE_RATE // 2]) for page in pages]
+        refused = started[2]
         assert "busy" in refused.error and "--max-live-sessions" in refused.error
-        assert all(page.events[event].error is None for page, event in zip(pages[:2], events[:2]))
+        assert pages[2].ticket is None  # no ticket: its page has nothing to send audio with
+        assert all(log.error is None for log in started[:2])
         assert tab.sessions.running() == 2
         # the first visitor leaves: the next one gets a place
-        pages[0].call("live-mic", "stop_recording")
-        later = stream(pages[2], speech_chunks("visitor2-again", 0.5))
-        assert pages[2].wait(later, lambda log: log.streaming(), 30)
-        assert pages[2].events[later].error is None and tab.sessions.running() == 2
+        assert pages[0].stop().error is None
+        again = record(pages[2], SPEECH[: SAMPLE_RATE // 2])
+        assert again.error is None and tab.sessions.running() == 2
     finally:
         for page in pages:
             page.close()
@@ -305,72 +299,60 @@ def test_the_registry_counts_running_sessions_and_closes_quiet_ones():
     assert registry.reap_idle() == 1 and registry.get("b") is None  # then forgotten
 
 
-def test_a_session_that_sends_only_silence_is_closed_and_frees_its_place(serve, tmp_path):
+def test_a_session_that_sends_only_silence_is_closed_and_frees_its_place(serve):
     server = serve(limits=Limits(max_live_sessions=1, live_quiet_seconds=1.0))
-    tab = server.handler_object("live-mic", "stream")
+    tab = server.handler_object("live-record", "click")
     page, other = PageClient(server.url), PageClient(server.url)
     try:
-        event = stream(page, write_chunks(np.zeros(3 * SAMPLE_RATE, np.float32), tmp_path / "silence"))
-        assert page.events[event].error is None
+        assert record(page, np.zeros(3 * SAMPLE_RATE, np.float32)).error is None
         deadline = time.monotonic() + 30  # the reaper looks every quarter of the timeout
         while tab.sessions.running() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert tab.sessions.running() == 0
         session = tab.sessions.get(page.session_hash)
         assert session is not None and "silence" in session.ended_note()  # kept, to say why
-        newcomer = stream(other, write_chunks(np.zeros(SAMPLE_RATE // 2, np.float32), tmp_path / "other"))
-        assert other.wait(newcomer, lambda log: log.streaming(), 30) and other.events[newcomer].error is None
+        # its page's recorder is told the recording ended, and why
+        late = page.post_audio(np.zeros(1600, "<i2"), page.sent)
+        assert late.status_code == 410 and "silence" in late.json()["error"]
+        assert record(other, np.zeros(SAMPLE_RATE // 2, np.float32)).error is None
     finally:
         page.close()
         other.close()
 
 
 # --------------------------------------------------------------------------------------
-# 4. Chunks: too large is refused before decoding, and none is decoded on the event loop
+# 4. Chunks: too large is refused unread, none is decoded on the event loop, and a
+#    recording's audio comes only with its own ticket
 
 
-def test_a_large_chunk_is_refused_unread_and_no_chunk_is_decoded_on_the_event_loop(serve, tmp_path, monkeypatch):
-    from gradio import processing_utils
-
-    from whisper_demo import audio
-    from whisper_demo.ui import chunk_tap
+def test_a_large_chunk_is_refused_unread_and_no_chunk_is_fed_on_the_event_loop(serve, monkeypatch):
+    from whisper_demo.ui import mic_stream
 
     on_loop = []
+    real_read = mic_stream.read_pcm_chunk
 
-    def watched(real):
-        def read(*args, **kwargs):
-            try:
-                asyncio.get_running_loop()
-                on_loop.append(threading.current_thread().name)
-            except RuntimeError:
-                pass
-            return real(*args, **kwargs)
-        return read
+    def read(body, *args, **kwargs):
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(threading.current_thread().name)
+        except RuntimeError:
+            pass
+        return real_read(body, *args, **kwargs)
 
-    # whichever reader the server uses for a chunk, it says which thread read it
-    monkeypatch.setattr(processing_utils, "audio_from_file", watched(processing_utils.audio_from_file))
-    if hasattr(chunk_tap, "read_chunk_file"):
-        monkeypatch.setattr(chunk_tap, "read_chunk_file", watched(audio.read_chunk_file))
-    read_sizes = []
-    real_sf_read = sf.read
-    monkeypatch.setattr(sf, "read", lambda path, *a, **k: read_sizes.append(Path(path).stat().st_size)
-                        or real_sf_read(path, *a, **k))
-
+    monkeypatch.setattr(mic_stream, "read_pcm_chunk", read)  # says which thread read each chunk
     server = serve(limits=Limits(max_chunk_bytes=200_000, max_chunk_seconds=5))
     page = PageClient(server.url)
     try:
         noise = np.random.default_rng(0).uniform(-0.1, 0.1, 20 * SAMPLE_RATE).astype(np.float32)
-        big = tmp_path / "audio.seq00000001.wav"  # 20 s, 640 KB: over the size limit
-        sf.write(big, noise, SAMPLE_RATE, subtype="PCM_16")
-        long = tmp_path / "audio.seq00000002.wav"  # 10 s at 8 kHz, 160 KB: over the length limit
-        sf.write(long, noise[: 10 * 8000], 8000, subtype="PCM_16")
-        small = write_chunks(noise[:SAMPLE_RATE], tmp_path / "fine")  # 0.1 s chunks
-        event = page.start_stream("live-mic", "stream", small[0], "audio.seq00000000.wav")
-        assert page.wait(event, lambda log: log.streaming(), 60)
-        page.send_chunk(event, "live-mic", "stream", big, big.name)
-        page.send_chunk(event, "live-mic", "stream", long, long.name)
-        for i, chunk in enumerate(small[1:], start=3):
-            page.send_chunk(event, "live-mic", "stream", chunk, f"audio.seq{i:08d}.wav")
+        assert page.record().error is None
+        assert page.ticket["max_chunk_seconds"] <= 1.0  # the page is told to send less than the limits
+        page.send_audio(noise[: SAMPLE_RATE // 2])
+        big = page.post_audio(pcm16(noise), page.sent)  # 20 s, 640 KB: over the size limit
+        assert big.status_code == 413 and "0.6 MB" in big.json()["error"]
+        long = page.post_audio(pcm16(noise[: 10 * 8000]), page.sent, rate=8000)  # 10 s, 160 KB: too long
+        assert long.status_code == 400 and "10.0 s long" in long.json()["error"]
+        assert page.post_audio(pcm16(noise[:1600]), page.sent, rate=123).status_code == 400  # no audio rate
+        page.send_audio(noise[SAMPLE_RATE // 2: SAMPLE_RATE])  # the stream goes on
         deadline, warnings = time.monotonic() + 30, []
         while len(warnings) < 2 and time.monotonic() < deadline:  # the page's timer tells it
             warnings += page.call(None, "tick").warnings
@@ -378,15 +360,20 @@ def test_a_large_chunk_is_refused_unread_and_no_chunk_is_decoded_on_the_event_lo
         warnings = " ".join(warnings)
         assert "0.6 MB" in warnings and "--max-chunk-size" in warnings
         assert "10.0 s long" in warnings and "--max-chunk-seconds" in warnings
-        assert page.events[event].error is None  # refused chunks; the stream goes on
-        assert max(read_sizes) < 200_000  # the refused chunks were never read
-        tab = server.handler_object("live-mic", "stream")
+        tab = server.handler_object("live-record", "click")
         session = tab.sessions.get(page.session_hash)
         deadline = time.monotonic() + 20
         while session.worker.session.audio_seconds < 0.95 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert abs(session.worker.session.audio_seconds - 1.0) < 0.05  # the small ones, all fed
         assert on_loop == []
+        # audio only with the recording's own ticket: a made-up one, or the ticket of an
+        # ended recording, is refused
+        forged = dict(page.ticket, path=page.ticket["path"][:-4] + "abcd")
+        assert page.post_audio(pcm16(noise[:1600]), 0, ticket=forged).status_code == 410
+        old_ticket = page.ticket
+        assert page.stop().error is None
+        assert page.post_audio(pcm16(noise[:1600]), page.sent, ticket=old_ticket).status_code == 410
     finally:
         page.close()
 
@@ -395,25 +382,22 @@ def test_a_large_chunk_is_refused_unread_and_no_chunk_is_decoded_on_the_event_lo
 # 5. Disk
 
 
-def test_a_recordings_chunk_files_are_deleted_and_gradios_cache_is_swept(serve, speech_chunks):
+def test_a_recording_leaves_no_upload_files_and_gradios_cache_is_swept(serve):
+    from gradio import utils as gr_utils
+
     server = serve(limits=Limits(cache_seconds=600))
     assert server.app.delete_cache == (300, 600)  # Gradio deletes older uploads and served files
+    uploads = Path(gr_utils.get_upload_folder())
+    before = set(uploads.rglob("*")) if uploads.exists() else set()
     page = PageClient(server.url)
     try:
-        uploaded = []
-        real_upload = page.upload
-
-        def upload(path, name=None):
-            data = real_upload(path, name)
-            uploaded.append(Path(data["path"]))
-            return data
-
-        page.upload = upload
-        stream(page, speech_chunks("recording", 1.0))
-        assert len(uploaded) == 10
-        page.call("live-mic", "stop_recording")
-        assert [p for p in uploaded if p.exists()] == []
-        assert [p.parent for p in uploaded if p.parent.exists()] == []
+        assert record(page, SPEECH[:SAMPLE_RATE]).error is None
+        assert page.stop().error is None
+        after = set(uploads.rglob("*")) if uploads.exists() else set()
+        # the microphone's audio is a request body, never a file: the one new file is the
+        # final text offered for download after Stop
+        new_files = [p for p in after - before if p.is_file()]
+        assert [p.name.startswith("live-transcript-") for p in new_files] == [True], new_files
     finally:
         page.close()
 
@@ -515,23 +499,27 @@ def test_a_failed_live_session_keeps_its_text_says_why_and_the_next_record_start
     class Request:
         session_hash = "tab1"
 
-    chunk = (16000, np.zeros(1600, np.int16))
-    tab.chunk(chunk, True, "static", request=Request())
+    tab.start("", True, "static", request=Request())
     session = tab.session(Request())
+    session.worker.feed(16000, np.zeros(1600, np.int16))
     # a bound for a hang: the worker's first start compiles word timing's DTW (seconds on a busy machine)
     assert session.worker.done.wait(60) and session.worker.view().error is not None
-    transcript, _, panel_html, _ = tab.tick(Request())
+    transcript, _, panel_html, _, record_button, stop_button = tab.tick(Request())
     assert "hello world" in transcript and "the decoder broke" in panel_html
     assert any("the decoder broke" in w for w in warnings)
-    for _ in range(3):  # more chunks arrive: the failed session and its text stay
-        tab.chunk(chunk, True, "static", request=Request())
+    assert record_button.interactive and not stop_button.interactive  # Record is offered again
+    # more audio comes from its page: refused, saying why; the failed session and its text stay
+    stream = tab.mic_streams.of(Request.session_hash)
+    status, reply = tab.mic_streams.receive(stream.ticket, 1600, 16000, bytes(3200), False, time.monotonic())
+    assert status == 410 and "the decoder broke" in reply["error"]
     assert tab.session(Request()) is session
     session.rendered_version, session.sent_html = -1, [None] * 4  # a page that redraws it all
     transcript, *_ = tab.tick(Request())
     assert "hello world" in transcript
     assert len([w for w in warnings if "the decoder broke" in w]) == 1  # said once
-    timer, transcript, *_ = tab.start(True, "static", request=Request())  # Record again
+    timer, ticket, *_, transcript, _, _, _, _ = tab.start("", True, "static", request=Request())  # Record again
     assert tab.session(Request()) is not session and "hello world" not in transcript
+    assert ticket != ""
 
 
 # --------------------------------------------------------------------------------------

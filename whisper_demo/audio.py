@@ -152,33 +152,26 @@ class ChunkStream:
         return _clipped(self._resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
 
 
-def read_chunk_file(path, max_bytes: int, max_seconds: float) -> tuple[int, np.ndarray]:
-    """One streamed microphone chunk from its uploaded file: (sample rate, samples as
-    stored), like Gradio's own reader, but bounded: a file over `max_bytes` is refused by
-    its size and one over `max_seconds` by its header, before anything is decoded (a
-    compressed chunk of a few MB could expand to hours of audio). An empty file gives an
-    empty chunk (browsers send them at start and stop). Raises AudioError."""
-    path = Path(path)
-    name = "the live audio chunk"
-    size = path.stat().st_size
-    if size == 0:
-        return SAMPLE_RATE, np.zeros(0, dtype=np.float32)
-    if size > max_bytes:
-        raise AudioError(
-            f"{name} is {size / 1e6:.1f} MB; this server takes chunks up to "
+def too_large_chunk_message(size: int, max_bytes: int) -> str:
+    """Why a microphone chunk of `size` bytes is refused (before any of it is read)."""
+    return (f"the live audio chunk is {size / 1e6:.1f} MB; this server takes chunks up to "
             f"{max_bytes / 1e6:.1f} MB (--max-chunk-size). The browser microphone sends "
             f"about 0.01 MB a chunk.")
-    try:
-        info = sf.info(str(path))
-    except sf.SoundFileError as err:  # not a format libsndfile reads: ffmpeg, cut at the limit
-        samples = _load_with_ffmpeg(path, max_seconds, name, _last_line(str(err)),
-                                    flag="--max-chunk-seconds")
-        return SAMPLE_RATE, samples
-    rate = _check_sample_rate(info.samplerate, name)
-    _check_length(info.frames / rate, max_seconds, name, "--max-chunk-seconds")
-    dtype = "int16" if info.subtype in ("PCM_16", "PCM_S8", "PCM_U8") else "float32"
-    data, _ = sf.read(str(path), dtype=dtype)
-    return rate, data
+
+
+def read_pcm_chunk(body: bytes, sample_rate, max_bytes: int, max_seconds: float) -> tuple[int, np.ndarray]:
+    """One microphone chunk as the page sends it (ui/browser_mic.js): 16-bit little-endian
+    mono PCM at `sample_rate`. Returns (rate, int16 samples). Refused (AudioError) when it
+    is over `max_bytes` or `max_seconds`, when the rate is not an audio rate, or when the
+    body is not whole samples. An empty body is an empty chunk (the page's last one)."""
+    name = "the live audio chunk"
+    rate = _check_sample_rate(sample_rate, name)
+    if len(body) > max_bytes:
+        raise AudioError(too_large_chunk_message(len(body), max_bytes))
+    if len(body) % 2:
+        raise AudioError(f"{name} is {len(body)} bytes, not whole 16-bit samples")
+    _check_length(len(body) / 2 / rate, max_seconds, name, "--max-chunk-seconds")
+    return rate, np.frombuffer(body, dtype="<i2")
 
 
 def describe(audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> str:

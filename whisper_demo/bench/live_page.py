@@ -34,7 +34,8 @@ text within 2 WER points of the offline decode, speech -> commit median <= 1.5 s
 The targets are marked met or NOT met. Without --audio the recordings are a spread of the
 eval folder's dev_ordinary subset (by speaker, then evenly through the manifest: not
 chosen by score) and the package's examples jfk.wav and speech_25s.wav; --audio takes your
-files, with a reference read from NAME.txt beside each where there is one.
+files, with a reference read from NAME.txt beside each, or from the eval folder's manifest
+for its own recordings (without one, the offline decode stands in for it).
 """
 
 from __future__ import annotations
@@ -123,12 +124,15 @@ def default_recordings(eval_dir: Path, n: int, examples: bool) -> List[Recording
     return found
 
 
-def file_recordings(paths: Sequence[str]) -> List[Recording]:
-    """Your files, each with NAME.txt beside it as its reference where there is one."""
+def file_recordings(paths: Sequence[str], eval_dir: Optional[Path] = None) -> List[Recording]:
+    """Your files, each with its reference: NAME.txt beside it, or the eval folder's
+    manifest entry when it is one of the folder's recordings; None without either."""
+    listed = {(Path(eval_dir) / item["audio"]).resolve(): item["reference"]
+              for item in manifest(eval_dir)} if eval_dir is not None else {}
     found = []
     for path in map(Path, paths):
         beside = path.with_suffix(".txt")
-        reference = beside.read_text().strip() if beside.exists() and beside != path else None
+        reference = beside.read_text().strip() if beside.exists() and beside != path else listed.get(path.resolve())
         found.append(Recording(path.name, padded(load_audio(path, max_seconds=None)), reference))
     return found
 
@@ -308,7 +312,7 @@ def main(argv=None) -> int:
 
     if not Path(CHROMIUM).exists():
         parser.error(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    recordings = (file_recordings(args.audio) if args.audio
+    recordings = (file_recordings(args.audio, Path(args.eval_dir)) if args.audio
                   else default_recordings(Path(args.eval_dir), args.recordings, not args.no_examples))
     recordings = [r for r in recordings for _ in range(max(1, args.runs))]
     print(f"load average {load()}; {len(recordings)} sessions, {sum(r.audio.size for r in recordings) / SAMPLE_RATE:.0f} s of audio",

@@ -32,12 +32,13 @@ from typing import Optional
 import gradio as gr
 
 from .attention_view import ATTENTION_CSS
-from .chunk_order import NUMBERING_JS
 from .compare_summary import COMPARE_CSS
+from .live_browser_mic import BROWSER_MIC_JS
 from .live_view import LIVE_CSS
 from .panel import PANEL_CSS
 from .window_strip import WINDOW_STRIP_CSS
 from ..limits import CACHE_SWEEP_S
+from .mic_stream import audio_route
 from .session_files import remove_session_files
 from .store import Defaults, ModelStore
 
@@ -55,7 +56,8 @@ APP_CSS = PANEL_CSS + COMPARE_CSS + WINDOW_STRIP_CSS + ATTENTION_CSS + LIVE_CSS 
 footer { display: none !important; }
 """
 
-# The browser's voice-call processing off: Gradio asks for `getUserMedia({audio: true})`,
+# The browser's voice-call processing off for the Transcribe tab's Record (the Live tab
+# asks for the same itself: browser_mic.js): Gradio asks for `getUserMedia({audio: true})`,
 # which in Chrome means echo cancellation, noise suppression and automatic gain. Whisper was
 # trained on unprocessed audio and normalises level itself. Through Chromium's fake
 # microphone, tiny.en's word error rate on what the server received (speech_25s.wav, three
@@ -122,6 +124,8 @@ def build_app(store: ModelStore, defaults: Optional[Defaults] = None) -> gr.Bloc
             # A closed tab ends its live session at once (and any desktop recording with
             # it); decodes of a closed tab are closed by Gradio's queue (see transcribe_tab).
             app.unload(live.page_closed)
+            # the route the Live tab's page posts its microphone to (given to the server at launch)
+            app.extra_routes = [audio_route(live.mic_streams)]
         app.unload(remove_session_files)  # the tab's own folders (attention downloads)
     # Gradio's queue recomputes a pandas summary of its last 10,000 events after every event,
     # for a monitoring page this app does not enable. A live page sends ~14 events a second
@@ -163,8 +167,8 @@ def launch(app: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: boo
     _, url, share_url = app.launch(
         server_name=host, server_port=port, share=share, max_file_size=max_file_size,
         prevent_thread_lock=True, quiet=quiet, show_error=True, theme=THEME, css=APP_CSS,
-        head=RAW_MICROPHONE_JS + NUMBERING_JS,
-        footer_links=[], inbrowser=False,
+        head=RAW_MICROPHONE_JS + BROWSER_MIC_JS,
+        footer_links=[], inbrowser=False, app_kwargs={"routes": list(getattr(app, "extra_routes", []))},
     )
     shown = url
     if host in ("0.0.0.0", "::"):

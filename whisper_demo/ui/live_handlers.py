@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import html
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 import gradio as gr
@@ -22,9 +21,9 @@ from ..live import SessionRegistry
 from ..live.registry import SessionLimitReached
 from ..options import decode_options
 from . import panel
-from .chunk_tap import ChunkInbox
 from .live_tab_session import TabSession
 from .live_view import IDLE_TEXT, changed_only, render
+from .mic_stream import MicStreams
 from .session_files import live_transcript_file
 from .store import Defaults, ModelStore
 
@@ -44,18 +43,14 @@ class LiveHandlers:
         self.sessions: SessionRegistry[TabSession] = SessionRegistry(
             idle_timeout_s or limits.live_quiet_seconds, max_running=limits.max_live_sessions,
             full_message=live_sessions_full_message(limits.max_live_sessions or 0))
-        self.inbox = ChunkInbox(limits)  # every streamed chunk, until it is fed (see tapped)
-        # feeds tapped chunks off the event loop: reading one is decoding a file
-        self.feeder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-feed")
-        self.tapping = False
+        self.mic_streams = MicStreams(limits)  # the browser microphones' recordings (mic_stream.py)
 
     def _open(self, key: str, open_session):
         """open_session() under the registry's session limit: past it the visitor is told
-        the server is busy, and what its page sent is dropped."""
+        the server is busy."""
         try:
             return open_session()
         except SessionLimitReached as exc:
-            self.inbox.forget(key)
             raise gr.Error(str(exc), title="Live transcription is busy") from exc
 
     def _model(self, name: Optional[str] = None):
@@ -96,30 +91,36 @@ class LiveHandlers:
         return gr.DownloadButton(value=str(path), visible=True)
 
     def tick(self, request: gr.Request):
-        """The timer: redraw what changed since the last redraw."""
-        # chunks refused by the limits: said here, since a stream's later calls carry no
-        # event for a warning to reach the page by
-        for refused in self.inbox.refusals(self._key(request)):
+        """The timer: redraw what changed since the last redraw; Record offered again when
+        a browser recording ended by itself (closed for quiet, or failed)."""
+        # chunks refused by the limits: said here, since the page's audio requests carry
+        # no Gradio event for a warning to reach the page by
+        for refused in self.mic_streams.refusals(self._key(request)):
             gr.Warning(refused)
         session = self.session(request)
         if session is None:
-            return (gr.skip(),) * 4
+            return (gr.skip(),) * 6
+        ended = session.source == "browser" and not session.active and not session.buttons_reset
         version = session.worker.view().version
         if version == session.rendered_version and session.active:
-            return (gr.skip(),) * 4
+            return (gr.skip(),) * 6
         session.rendered_version = version
         note = session.ended_note()  # failed or closed: its text stays, and the page is told why
         if note and not session.warned:
             session.warned = True
             gr.Warning(note)
-        return changed_only(session, render(session, session.model, note=note))
+        controls = (gr.skip(),) * 2
+        if ended:
+            session.buttons_reset = True
+            controls = (gr.Button(interactive=True), gr.Button(interactive=False))
+        return changed_only(session, render(session, session.model, note=note)) + controls
 
     def page_closed(self, request: gr.Request):
         """The tab went away (Gradio's unload event): close its session now, rather than
         when the reaper finds it idle. A desktop recording stops with it."""
         key = self._key(request)
         session = self.sessions.pop(key)
-        self.inbox.forget(key)
+        self.mic_streams.forget(key)
         if session is not None:
             heard = session.heard_seconds()
             session.close()

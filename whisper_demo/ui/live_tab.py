@@ -5,9 +5,10 @@
 
 Each browser tab gets its own TabSession (live_tab_session.py: a live.LiveWorker, a
 LiveSession and its decode thread), kept in the tab's SessionRegistry under Gradio's
-session hash; all share the one model from the store. The microphone's `.stream` handler
-only queues the chunk and returns (a chunk arriving while a decode runs is buffered, never
-dropped, and the handler never waits for the decoder); a gr.Timer redraws the view from
+session hash; all share the one model from the store. The page records the microphone
+itself and posts its audio to the session's ticket (live_browser_mic.py, mic_stream.py:
+a chunk arriving while a decode runs is buffered, never dropped, and nothing waits for the
+decoder); a gr.Timer redraws the view from
 the worker's immutable LiveView (live_view.py: committed text in normal type, tentative
 text grey and italic, the strip of the audio the last re-decode read, the cache panel and
 the latency chart) where it changed. Stop commits the rest. The registry closes sessions
@@ -28,10 +29,9 @@ import gradio as gr
 
 from ..events import CACHE_MODES
 from . import panel
-from .chunk_tap import install_chunk_tap
 from .controls import link_cache_controls
 from .latency_svg import latency_svg
-from .live_browser_mic import BrowserMicHandlers
+from .live_browser_mic import BEGIN_JS, CANCEL_JS, OPEN_JS, STOP_JS, BrowserMicHandlers
 from .live_desktop_mic import SERVER_MIC_OFF, DesktopMicHandlers, availability_text, desktop_mic_problem
 from .live_tab_session import DEFAULT_POLICY, TabSession
 from .live_view import COPY_ON_CLICK_JS, IDLE_TEXT, TENTATIVE_STYLE, transcript_html
@@ -43,6 +43,10 @@ REFRESH_S = 0.25  # view refresh while a session is active
 # When a streamed word is committed (LiveConfig.policy), as the Live tab offers it
 POLICY_CHOICES = [("the model has heard it (AlignAtt)", "alignatt"),
                   ("two decodes agree (LocalAgreement)", "agreement")]
+# Under the buttons: what the microphone is doing, and its level (browser_mic.js writes them)
+MIC_STATUS_HTML = ('<div class="wk-mic"><span class="wk-mic-label">Browser microphone</span>'
+                   '<span class="wk-mic-text">Press Record and speak.</span>'
+                   '<span class="wk-mic-meter" title="input level"><span class="wk-mic-level"></span></span></div>')
 
 
 class LiveTab(BrowserMicHandlers, DesktopMicHandlers):
@@ -54,7 +58,6 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: Option
     """Lay out the Live tab in the current Blocks context and wire it. model_choice: the
     page's model dropdown (the Transcribe tab's), whose model each new session uses."""
     tab = LiveTab(store, defaults, idle_timeout_s)
-    tab.tapping = install_chunk_tap()
     model = store.get(defaults.model) if store.is_loaded(defaults.model) else None
     timer = gr.Timer(REFRESH_S, active=False)
 
@@ -70,12 +73,18 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: Option
         "Stop gives the rest its final text and a download of it.")
     with gr.Row(equal_height=False):
         with gr.Column(scale=5, min_width=340):
-            # No waveform while recording: the page redrew it for every chunk, which took
-            # ~30 % of a core from the decoder on a 2-core machine (Chromium's profiler).
-            # filepath: the handler reads each chunk itself, with a limit (chunk_tap.py)
-            mic_in = gr.Audio(sources=["microphone"], streaming=True, type="filepath",
-                              elem_id="live-mic", label="Browser microphone",
-                              waveform_options=gr.WaveformOptions(show_recording_waveform=False))
+            # The page records and sends the audio itself (browser_mic.js): no Gradio
+            # event per chunk, and no waveform redrawn for each (that took ~30 % of a core
+            # from the decoder on a 2-core machine)
+            with gr.Group(elem_id="live-mic"):
+                gr.HTML(MIC_STATUS_HTML, elem_id="live-mic-status")
+                with gr.Row():
+                    record = gr.Button("Record", elem_id="live-record", variant="primary", size="sm")
+                    stop = gr.Button("Stop", elem_id="live-stop", variant="stop", size="sm", interactive=False)
+            # filled in the page by Record's first step (why there is no microphone, or ""),
+            # and by its handler (the ticket the page sends its audio with)
+            mic_problem = gr.Textbox(visible=False, elem_id="live-mic-problem")
+            ticket = gr.Textbox(visible=False, elem_id="live-mic-ticket")
             cache_on = gr.Checkbox(value=defaults.options.cache != "off", label="KV cache",
                                    elem_id="live_kv_toggle",
                                    info="applies from the next re-decode; untick to feel the difference")
@@ -109,15 +118,18 @@ def build_live_tab(store: ModelStore, defaults: Defaults, idle_timeout_s: Option
     views = [transcript, stats, panel_box, chart]
     quiet = dict(api_name=False, show_progress="hidden")
     chosen = [model_choice] if model_choice is not None else []
-    mic_in.start_recording(tab.start, [cache_on, mode, policy] + chosen, [timer] + views + [download],
+    # No concurrency limit: Record and Stop only open and close a session; the decoding
+    # runs on the session's own thread
+    started = record.click(tab.start, [mic_problem, cache_on, mode, policy] + chosen,
+                           [timer, ticket, record, stop] + views + [download], js=OPEN_JS,
                            concurrency_limit=None, **quiet)
-    # No concurrency limit: the handler only queues audio. Gradio's frontend drops a chunk
-    # when the previous chunk's event is still pending, so the handler must never wait in
-    # the queue behind anything (a limit of 1 lost half the audio on a busy 2-core box).
-    mic_in.stream(tab.chunk, [mic_in, cache_on, mode, policy] + chosen, None, stream_every=0.5, time_limit=None,
-                  concurrency_limit=None, **quiet)
-    mic_in.stop_recording(tab.stop, chosen or None, [timer] + views + [download], concurrency_limit=None, **quiet)
-    timer.tick(tab.tick, None, views, concurrency_limit=None, **quiet)
+    started.success(None, [ticket], None, js=BEGIN_JS, **quiet)
+    started.failure(None, None, None, js=CANCEL_JS, **quiet)
+    stop.click(None, None, None, js=STOP_JS, **quiet).then(
+        tab.stop, chosen or None, [timer, record, stop] + views + [download], concurrency_limit=None, **quiet)
+    for control in (cache_on, mode):
+        control.change(tab.set_options, [cache_on, mode], None, concurrency_limit=None, **quiet)
+    timer.tick(tab.tick, None, views + [record, stop], concurrency_limit=None, **quiet)
     desktop_start.click(tab.desktop_start, [cache_on, mode] + chosen, [timer, desktop_status] + views + [download],
                         api_name=False)
     desktop_stop.click(tab.desktop_stop, None, [timer, desktop_status] + views + [download], api_name=False)

@@ -12,7 +12,6 @@ from typing import Optional
 
 from ..events import DecodeOptions
 from ..live import LiveConfig, LiveSession, LiveUpdate, LiveWorker, model_decoder
-from .chunk_order import ChunkSequencer
 
 DEFAULT_POLICY = LiveConfig().policy
 
@@ -31,10 +30,11 @@ class TabSession:
         self.rendered_version = -1
         self.sent_html: list = [None] * 4  # transcript, stats, panel, chart as last sent
         self.final: Optional[LiveUpdate] = None
-        self.order: Optional[ChunkSequencer] = None  # the page's chunk order (browser source)
+        self.mic_stream = None  # mic_stream.MicStream: the page's recording (browser source)
         self.created = time.monotonic()
         self.closed = False
         self.warned = False  # its page was told why it ended (ended_note)
+        self.buttons_reset = False  # its page offers Record again (after Stop, or when it ended by itself)
 
     @property
     def active(self) -> bool:
@@ -81,6 +81,12 @@ class TabSession:
             return ("Live transcription closed: no audio, or only silence, for too long (this "
                     "server's limit). The text so far is kept here; press Record to start again.")
         return ""
+
+    def refusal(self) -> Optional[str]:
+        """None while the session takes audio; else why not, for the page's microphone."""
+        if self.active:
+            return None
+        return self.ended_note() or "This recording has been stopped; press Record to start again."
 
     def heard_seconds(self) -> float:
         view = self.worker.view()

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import html
 import time
-from typing import Iterable, Optional, Sequence, Tuple
+from typing import Iterable, Sequence, Tuple
 
 import gradio as gr
 
 from ..live import LiveView
 from . import panel
-from .chunk_order import ChunkSequencer
 from .latency_svg import latency_svg
 from .live_strip import strip_html
 
@@ -29,6 +28,12 @@ LIVE_CSS = f"""
 .wk-revised {{ background: rgba(250, 204, 21, .45); border-radius: 3px; padding: 0 .1em;
   animation: wk-revised-fade {REVISION_SHOWN_S}s ease-in forwards; }}
 @keyframes wk-revised-fade {{ to {{ background: transparent; }} }}
+#live-mic-status .wk-mic {{ display: flex; align-items: center; gap: .75rem; padding: .45rem .75rem; }}
+#live-mic-status .wk-mic-label {{ font-weight: 600; }}
+#live-mic-status .wk-mic-text {{ flex: 1; color: var(--body-text-color-subdued); }}
+#live-mic-status .wk-mic-meter {{ width: 6rem; height: .45rem; border-radius: 3px; overflow: hidden;
+  background: var(--border-color-primary); }}
+#live-mic-status .wk-mic-level {{ display: block; height: 100%; width: 0; background: #22c55e; }}
 """
 
 
@@ -114,9 +119,10 @@ def revision_marks(view: LiveView, now: float) -> dict:
     return dict(changes=changes, revised_ago=now - at)
 
 
-def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
+def stats_html(view: LiveView, microphone_note: str = "") -> str:
     """Four tiles: a value, one or two plain lines under it, and the details (what a
-    specialist would ask about) in the tile's tooltip."""
+    specialist would ask about) in the tile's tooltip. microphone_note: what went wrong on
+    the way from the page's microphone, if anything (MicStream.note)."""
     s = view.stats
     if s is None:
         return ""
@@ -133,9 +139,8 @@ def stats_html(view: LiveView, order: Optional[ChunkSequencer] = None) -> str:
     if s.dropped_seconds > 0:
         buffer_notes.append(f"{s.dropped_seconds:.1f} s dropped (decoding slower than speech)")
     buffer_details = ["The audio not yet committed; it is cut after committed sentences and long pauses."]
-    if order and order.reordered:
-        buffer_details.append(f"{order.reordered} microphone chunks arrived out of order and were "
-                              "put back in recording order.")
+    if microphone_note:
+        buffer_details.append(microphone_note)
     last = []
     if s.last_decode_ms:
         last.append(f"last took {ms(s.last_decode_ms)}")
@@ -219,7 +224,8 @@ def render(session, model, note: str = "") -> tuple:
     strip = strip_html(view.update.buffer if view.update else None, session.policy, final=final is not None)
     marks = revision_marks(view, time.monotonic())
     return (transcript_html(final_words, streamed, tentative, done=final is not None, note=note, **marks),
-            strip + stats_html(view, session.order), panel_box, latency_svg(series))
+            strip + stats_html(view, session.mic_stream.note() if session.mic_stream else ""), panel_box,
+            latency_svg(series))
 
 
 def torch_threads() -> int:
