@@ -251,3 +251,24 @@ def test_a_silent_copy_behind_a_silent_word_inside_one_hypothesis_is_dropped():
 def test_a_word_the_speaker_says_again_and_again_is_kept():
     # "No, no, no": each takes its own audio, so none is a silent copy
     check([("No,@1.0-1.2 no,@1.2-1.4 no.@1.4-1.6", ""), ("No,@1.0-1.2 no,@1.2-1.4 no.@1.4-1.6", "No, no, no.")])
+
+
+def test_a_word_whisper_split_at_its_punctuation_is_one_word():
+    from types import SimpleNamespace as NS
+
+    from whisper_demo.live.policy import timed_words
+
+    def word(text, start, end):
+        return NS(text=text, start=start, end=end)
+
+    segments = [NS(words=[word(" at", 0.0, 0.2), word(" least", 0.2, 0.5), word(" 28", 0.5, 0.9),
+                          word(".8", 0.9, 1.3), word(" kilobit.", 1.3, 1.8)]),
+                NS(words=[word(" Dial", 2.0, 2.3), word(" 850", 2.3, 2.8), word("-2", 2.8, 3.0),
+                          word(" now,", 3.0, 3.3), word(" Bob's", 3.3, 3.6), word(" ...", 3.6, 3.7),
+                          word(" ", 3.7, 3.7)])]
+    words = timed_words(segments, offset_s=10.0)
+    assert [w.text for w in words] == ["at", "least", "28.8", "kilobit.", "Dial", "850-2", "now,", "Bob's", "..."]
+    assert (words[2].start, words[2].end) == (10.5, 11.3)  # from the first part's start to the last's end
+    # a word with its own space stays a word, and so does punctuation standing alone
+    first = timed_words([NS(words=[word(".8", 0.0, 0.1), word(" a", 0.1, 0.2)])], 0.0)
+    assert [w.text for w in first] == [".8", "a"]  # nothing before it to belong to

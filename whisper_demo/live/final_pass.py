@@ -29,7 +29,7 @@ from ..audio import SAMPLE_RATE
 from ..decode import stream_transcribe
 from ..events import DecodeOptions, DecodeResult, TokenEvent
 from .decoder import MAX_TOKENS_BASE, MAX_TOKENS_PER_SECOND, Prefix, prefix_token_ids
-from .policy import START_SLACK_S, TimedWord, normalize_word
+from .policy import START_SLACK_S, TimedWord, normalize_word, timed_words
 
 @dataclass(frozen=True)
 class Given:
@@ -132,8 +132,7 @@ def result_words(result: Optional[DecodeResult], offset_s: float) -> List[TimedW
     which starts at `offset_s`)."""
     if result is None:
         return []
-    return [TimedWord(w.text.strip(), offset_s + w.start, offset_s + w.end)
-            for segment in result.segments for w in segment.words if w.text.strip()]
+    return timed_words(result.segments, offset_s)
 
 
 def new_final_words(result: Optional[DecodeResult], offset_s: float, given: Sequence[str],

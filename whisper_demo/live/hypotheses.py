@@ -8,7 +8,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..events import DecodeResult, TokenEvent
 from .decoder import Prefix
-from .policy import Hypothesis, TimedWord, normalize_word
+from .policy import Hypothesis, normalize_word, timed_words
 
 # (text the token adds, stream seconds where its attention peaked: None for a timestamp
 # or a step without attention)
@@ -29,8 +29,7 @@ def hypothesis(result: Optional[DecodeResult], offset_s: float, end_s: float,
     without the prefix it was given (those words are committed already)."""
     if result is None:
         return Hypothesis((), (), offset_s, end_s)
-    words = tuple(TimedWord(w.text.strip(), offset_s + w.start, offset_s + w.end)
-                  for segment in result.segments for w in segment.words if w.text.strip())
+    words = tuple(timed_words(result.segments, offset_s))
     timed = any(peak is not None for _, peak in token_peaks)
     peaks = tuple(word_peaks([w.text for w in words], token_peaks)) if timed else ()
     after_committed = False

@@ -72,6 +72,30 @@ class TimedWord:
         return self.text.rstrip("\"')]").endswith((".", "?", "!", "…"))
 
 
+def timed_words(segments, offset_s: float) -> List[TimedWord]:
+    """A decode's words (its segments' word timestamps, relative to its audio, which starts
+    at `offset_s`) in stream time. Whisper's word timing starts a new word at every
+    punctuation token, so "28.8" comes as " 28" and ".8", and "850-2" as " 850" and "-2":
+    a word that starts with punctuation and no space belongs to the word before it (joined
+    by spaces, the text read "28 .8", which the offline transcript writes "28.8")."""
+    words: List[TimedWord] = []
+    for word in (w for segment in segments for w in segment.words):
+        text = word.text.strip()
+        if not text:
+            continue
+        start, end = offset_s + word.start, offset_s + word.end
+        attached = words and not word.text[:1].isspace() and not text[0].isalnum() and not _punctuation_only(text)
+        if attached:
+            words[-1] = TimedWord(words[-1].text + text, words[-1].start, end)
+        else:
+            words.append(TimedWord(text, start, end))
+    return words
+
+
+def _punctuation_only(text: str) -> bool:
+    return not re.search(r"\w", text)
+
+
 @dataclass(frozen=True)
 class Hypothesis:
     """One re-decode of the buffer, in stream time."""

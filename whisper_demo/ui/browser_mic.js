@@ -72,8 +72,8 @@
                "(http://127.0.0.1 or localhost, or https).";
       }
       try {
-        this.media = await media.getUserMedia({ audio: {
-          channelCount: 1, echoCancellation: false, noiseSuppression: false, autoGainControl: false } });
+        // the recorder is ready before the microphone opens, and connected the moment it
+        // does: the first words are not lost while the worklet loads
         this.context = new AudioContext();
         this.rate = this.context.sampleRate;
         const url = URL.createObjectURL(new Blob([WORKLET], { type: "application/javascript" }));
@@ -82,8 +82,10 @@
         this.node = new AudioWorkletNode(this.context, "whisper-kv-capture", {
           processorOptions: { blockSamples: Math.round(this.context.sampleRate / 10) } });
         this.node.port.onmessage = (event) => this.fromWorklet(event.data);
-        this.context.createMediaStreamSource(this.media).connect(this.node);
         this.node.connect(this.context.destination);  // pulled by the audio graph; it outputs silence
+        this.media = await media.getUserMedia({ audio: {
+          channelCount: 1, echoCancellation: false, noiseSuppression: false, autoGainControl: false } });
+        this.context.createMediaStreamSource(this.media).connect(this.node);
         await this.context.resume();
       } catch (err) {
         this.close();
