@@ -184,3 +184,18 @@ def test_the_per_session_report_marks_each_target_met_or_not_per_subset():
     assert "NOT met alignatt/realtime: the same final text as alignatt/fast in 0 of 2 sessions" in out
     # the revision rate: 5 of the 100 streamed committed words
     assert "  5.0%" in out.splitlines()[2]
+
+
+def test_a_subset_is_named_as_the_report_names_it_or_as_the_manifest_does(capsys):
+    import argparse
+
+    from whisper_demo.bench.live_eval import subset_name
+
+    parser = argparse.ArgumentParser(prog="live_eval")
+    assert subset_name("hard", parser) == "dev"
+    assert subset_name("read", parser) == "dev_ordinary"
+    assert subset_name("dev", parser) == "dev"
+    with pytest.raises(SystemExit):  # an unknown name is said, not run as an empty set
+        subset_name("spontaneous", parser)
+    said = capsys.readouterr().err
+    assert "'spontaneous'" in said and "hard (dev)" in said and "read (dev_ordinary)" in said
