@@ -162,6 +162,9 @@ def parser() -> argparse.ArgumentParser:
     lim.add_argument("--live-quiet-minutes", type=_positive_float, default=limits.DEFAULT_LIVE_QUIET_MINUTES,
                      metavar="MINUTES", help=f"close a live session that sends no audio, or only "
                                              f"silence, for this long. Default {limits.DEFAULT_LIVE_QUIET_MINUTES:g}")
+    lim.add_argument("--max-live-minutes", type=_positive_float, default=limits.DEFAULT_MAX_LIVE_MINUTES,
+                     metavar="MINUTES", help=f"end a live session this long after its Record (its text is "
+                                             f"kept). Default {limits.DEFAULT_MAX_LIVE_MINUTES:g}")
     lim.add_argument("--max-chunk-size", type=_bytes, default=limits.DEFAULT_MAX_CHUNK_BYTES, metavar="SIZE",
                      help="largest live audio chunk, refused before it is decoded (the browser sends "
                           "~10 KB a chunk). Default 1mb")
@@ -359,7 +362,8 @@ def main(argv=None) -> int:
     store.put(args.model, model)
     defaults = Defaults(model=args.model, device=device, live_precision=live_options.precision,
                         max_audio_seconds=args.max_audio_seconds,
-                        options=options, policy=policy, limits=limits)
+                        options=options, policy=policy, limits=limits,
+                        max_live_seconds=args.max_live_minutes * 60)
     app = build_app(store, defaults)
     try:
         launch(app, host=host, port=port, share=args.share, max_file_size=args.max_file_size)

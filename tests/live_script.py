@@ -9,7 +9,9 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from whisper_demo.events import DecodeResult, Segment, TokenEvent
+from whisper_demo.live.transcript import Transcript
 from whisper_demo.live.vad import VoiceDetector
+from whisper_demo.live.words import Decision
 from whisper_demo.timing import Word
 
 SR = 16000
@@ -94,3 +96,22 @@ class FinalScript:
         words = [(w, start + 0.01 * i, start + 0.01 * (i + 1)) for i, w in enumerate(given_words)] + list(new)
         yield token_event(0, " ".join(w for w, _, _ in words))
         yield scripted_result(words, tokens=range(1, len(words) + 1))
+
+
+class Judged:
+    """A policy with the transcript it commits to, kept as the streamed pass keeps them:
+    each decision applied (its words committed, the rest tentative)."""
+
+    def __init__(self, policy, committed: Sequence = ()):
+        self.policy = policy
+        self.transcript = Transcript(capitalises=policy.reopens_last_word)
+        self.transcript.apply(Decision(tuple(committed), ()), 0.0)
+
+    def update(self, hyp):
+        decision = self.policy.update(self.transcript, hyp)
+        self.transcript.apply(decision, 0.0)
+        return decision
+
+    @property
+    def committed(self):
+        return self.transcript.words

@@ -187,9 +187,9 @@ def test_panel_says_where_a_long_file_is_window_by_window():
     import torch
     from whisper.model import ModelDimensions
 
-    from whisper_demo.ui import panel
-    from whisper_demo.ui.run_stats import RunStats
-    from whisper_demo.ui.transcribe_tab import TranscribeTab
+    from whisper_demo.ui.render import panel
+    from whisper_demo.ui.render.run_stats import RunStats
+    from whisper_demo.ui.transcribe.handlers import TranscribeTab
 
     dims = ModelDimensions(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)
     model = SimpleNamespace(dims=dims, decoder=SimpleNamespace(token_embedding=SimpleNamespace(weight=torch.zeros(1))))

@@ -263,10 +263,25 @@ def test_too_long_audio_names_length_limit_and_flag():
     # 612.3 s at 1 kHz keeps the test array small.
     long = np.zeros(612_300, dtype=np.int16)
     with pytest.raises(AudioError) as err:
-        load_audio((1000, long))
+        load_audio((1000, long), max_seconds=audio.DEFAULT_MAX_SECONDS)
     assert str(err.value) == (
         "The audio is 612.3 s long; the limit is 600 s (raise it with --max-audio-seconds)"
     )
+
+
+def test_long_audio_loads_when_no_limit_is_asked():
+    # The library has no limit of its own: the app passes its --max-audio-seconds.
+    long = np.zeros(631_000, dtype=np.int16)  # 631 s at 1 kHz
+    assert len(load_audio((1000, long))) == 631 * SAMPLE_RATE
+
+
+def test_long_file_loads_with_no_limit_and_is_refused_with_one(tmp_path):
+    path = tmp_path / "long.wav"
+    sf.write(str(path), np.zeros(631 * 1000, dtype=np.int16), 1000, subtype="PCM_16")
+    assert len(load_audio(path)) == 631 * SAMPLE_RATE
+    with pytest.raises(AudioError, match=r"^Audio file '.*long.wav' is 631.0 s long; the limit is 600 s "
+                                         r"\(raise it with --max-audio-seconds\)$"):
+        load_audio(path, max_seconds=600)
 
 
 def test_length_limit_can_be_changed_or_removed():

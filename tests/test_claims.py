@@ -20,7 +20,7 @@ from whisper_demo import runner as runner_module
 from whisper_demo.cache import cross_cache_bytes, self_cache_bytes
 from whisper_demo.decode import stream_transcribe
 from whisper_demo.events import DecodeOptions, TokenEvent
-from whisper_demo.ui import panel
+from whisper_demo.ui.render import panel
 from decoding import decode_all
 
 SR = 16000
@@ -209,7 +209,7 @@ def page_app(tiny_model):
 def test_stop_on_the_page_frees_every_cache_tensor(page_app, tiny_model, made_caches, runner_calls, mode):
     """Stop: Gradio closes the handler's generator (SyncToAsyncIterator.aclose)."""
 
-    fn = next(f.fn for f in page_app.fns.values() if f.api_name == "transcribe")
+    fn = next(f.fn for f in page_app.fns.values() if f.api_name == "transcribe_page")
     jfk = str(clip_path("jfk.wav"))
     gen = fn(jfk, mode != "off", mode if mode != "off" else "static", 1, "auto", True, "tiny.en", None)
     streaming = 0

@@ -56,13 +56,16 @@ def served(monkeypatch, tiny_model):
 
 
 def handler(app, api_name):
-    return next(f.fn for f in app.fns.values() if f.api_name == api_name)
+    """The page's own event (the API's /transcribe and /compare are separate endpoints)."""
+    name = {"transcribe": "transcribe_page", "compare": "compare_page"}.get(api_name, api_name)
+    fn = next(f.fn for f in app.fns.values() if f.api_name == name)
+    return getattr(fn, "__wrapped__", fn)
 
 
 def page_controls(app):
     """The Transcribe tab's controls, found as the page itself wires them: the inputs of
     its /transcribe event, by label."""
-    event = next(f for f in app.fns.values() if f.api_name == "transcribe")
+    event = next(f for f in app.fns.values() if f.api_name == "transcribe_page")
     by_label = {getattr(c, "label", None): c for c in event.inputs}
     names = {"mode": "Cache mode", "cache_on": "KV cache", "beam": "Beam size", "language": "Language",
              "timestamps": "Timestamps", "model": "Model", "seed": "Seed"}
@@ -115,7 +118,7 @@ def test_the_app_warms_up_each_precision_its_page_decodes_in(served, caplog):
 
 
 def test_live_decodes_in_the_fast_mode_on_the_cpu_unless_told(served):
-    from whisper_demo.ui.live_tab import LiveTab
+    from whisper_demo.ui.live.tab import LiveTab
 
     defaults = served()["app"].transcribe_tab.defaults
     assert defaults.options.precision == "exact" and defaults.live_precision == "int8"
@@ -206,7 +209,7 @@ def test_seed_flag_seeds_every_page_decode(served, monkeypatch):
     back gives the same transcript every run, openai-whisper's after torch.manual_seed(N);
     `--seed random` gives openai-whisper's unseeded draws (None), and Advanced's seed field
     starts at the flag's value (-1 for random) and overrides it per run."""
-    from whisper_demo.ui import transcribe_tab
+    from whisper_demo.ui.transcribe import handlers as transcribe_tab
 
     seeds = []
     real_stream = transcribe_tab.stream_transcribe

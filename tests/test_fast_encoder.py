@@ -104,7 +104,7 @@ def test_the_accuracy_comparison_counts_differing_words_and_brackets_the_differe
 
 
 def test_the_panel_says_what_the_encoder_computed_in(tiny_model, clip, monkeypatch):
-    from whisper_demo.ui.panel import panel_html
+    from whisper_demo.ui.render.panel import panel_html
 
     audio = clip("short_3s.wav")
     monkeypatch.setattr(precision_module, "bf16_supported", lambda: True)

@@ -73,7 +73,7 @@ def test_the_page_auto_language_reaches_the_decoder(base_model, spoken):
     store = ModelStore(device="cpu")
     store.put("base", base_model)
     app = build_app(store, Defaults(model="base"))
-    fn = next(f.fn for f in app.fns.values() if f.api_name == "transcribe")
+    fn = next(f.fn for f in app.fns.values() if f.api_name == "transcribe_page")
     updates = list(fn(str(spoken["es"]), True, "static", 1, "auto", True, "base", None))
     assert "buenos días" in updates[-1][0].lower()
     assert " · es" in updates[-1][1]

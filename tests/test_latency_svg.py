@@ -1,13 +1,13 @@
-"""The Live tab's latency chart as inline SVG (whisper_demo/ui/latency_svg.py): every token
+"""The Live tab's latency chart as inline SVG (whisper_demo/ui/render/latency_svg.py): every token
 is a point, tokens confirmed from the draft are marked, the axis covers the largest value."""
 
 import re
 
 import pytest
 
-from whisper_demo.ui.latency_chart import DRAFT_COLORS, DRAFT_SUFFIX, MODE_COLORS, series_label
-from whisper_demo.ui.latency_svg import HEIGHT, TOP, latency_svg
-from whisper_demo.ui.svg_axes import nice_ceiling
+from whisper_demo.ui.render.latency_chart import DRAFT_COLORS, DRAFT_SUFFIX, MODE_COLORS, series_label
+from whisper_demo.ui.render.latency_svg import HEIGHT, TOP, latency_svg
+from whisper_demo.ui.render.svg_axes import nice_ceiling
 
 
 def polylines(svg: str):

@@ -310,3 +310,34 @@ def test_idle_sessions_are_closed_by_the_registry():
     assert busy.closed and registry.get("b") is replacement
     registry.close_all()
     assert replacement.closed and len(registry) == 0
+
+
+# --------------------------------------------------------------------- nothing lost, nothing invented
+
+
+def _speech_only(samples, level=0.02):
+    """The clip from its first loud sample to its last: a recording that starts on its
+    first word and stops right after its last."""
+    loud_at = np.nonzero(np.abs(samples) > level)[0]
+    return samples[loud_at[0]:loud_at[-1] + 1]
+
+
+def test_a_recording_from_its_first_sample_to_its_last_loses_no_word_of_the_offline_decode(tiny_model, clip):
+    audio = _speech_only(clip("jfk.wav"))
+    offline_words = words(transcribe(tiny_model, audio, DecodeOptions()).text)
+    session, log, final = stream_file(tiny_model, audio, 0.1)
+    missing = [w for w in offline_words if w not in set(words(final.committed))]
+    assert not missing, (final.committed, offline_words)
+    assert session.stats().lost_words == 0
+
+
+def test_two_recordings_chained_with_a_pause_get_no_words_in_the_pause(tiny_model, clip):
+    first, second = _speech_only(clip("short_3s.wav")), _speech_only(clip("jfk.wav"))
+    pause = (first.size / SR, first.size / SR + 1.5)
+    audio = np.concatenate([first, np.zeros(int(1.5 * SR), np.float32), second])
+    session, log, final = stream_file(tiny_model, audio, 0.1)
+    in_pause = [w.text for w, _, _, _ in session.committed_words()
+                if pause[0] + 0.1 < (w.start + w.end) / 2 < pause[1] - 0.1]
+    assert in_pause == [], (in_pause, final.committed)
+    assert "thank you" not in " ".join(words(final.committed))
+    assert session.stats().lost_words == 0

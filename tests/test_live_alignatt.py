@@ -17,12 +17,16 @@ import pytest
 from whisper_demo import decode as decode_module
 from whisper_demo.audio import load_audio
 from whisper_demo.events import DecodeOptions
+from live_script import Judged
+
 from whisper_demo.live import LiveConfig, LiveSession, LiveUpdate, model_decoder
-from whisper_demo.live import decoder as decoder_module
+from whisper_demo.live import decoders as decoders_module
+from whisper_demo.live.agreement import AgreementPolicy
 from whisper_demo.live.alignatt import AlignAttPolicy
 from whisper_demo.live.context import ContextKeeper
 from whisper_demo.live.hypotheses import word_peaks
-from whisper_demo.live.policy import AgreementPolicy, Hypothesis, TimedWord, shown_texts
+from whisper_demo.live.transcript import shown_texts
+from whisper_demo.live.words import Hypothesis, TimedWord
 from whisper_demo.text import words
 
 
@@ -38,7 +42,7 @@ def hyp(spec: str, end: float, start: float = 0.0, after_committed: bool = True)
 
 
 def check(table, policy=None):
-    policy = policy or AlignAttPolicy(frame_seconds=0.4)
+    policy = Judged(policy or AlignAttPolicy(frame_seconds=0.4))
     out = []
     for spec, end, _ in table:
         decision = policy.update(hyp(spec, end) if isinstance(spec, str) else spec)
@@ -65,10 +69,12 @@ def test_a_final_pass_replaces_the_streamed_words_and_the_next_decode_goes_on_af
     policy = check([("we@0.2-0.5:0.4 go@0.5-0.9:0.8 now@0.9-1.2:1.1", 2.0, "we go now")])
     final = [TimedWord("We", 0.2, 0.5), TimedWord("go.", 0.5, 0.9), TimedWord("Now", 0.9, 1.2)]
     tentative = [TimedWord("then", 2.0, 2.3)]
-    policy.finalize(0, 3, final, tentative)
-    assert policy.committed == final and policy.previous == tentative
+    policy.transcript.tentative = tuple(tentative)
+    revision, shown_new = policy.transcript.revise(final, None, at=1.0)
+    assert policy.committed == final and policy.transcript.final_count == 3 and policy.transcript.tentative == ()
+    assert revision.changes == () and revision.tentative == ("then",) and shown_new == []  # case aside
     assert [w.text for w in policy.update(hyp("then@2.0-2.3:2.2", 4.0)).committed] == ["then"]
-    assert policy.shown_committed() == "We go. Now then"
+    assert policy.transcript.shown_committed() == "We go. Now then" and policy.transcript.final_text == "We go. Now"
 
 
 def test_a_word_after_a_sentence_end_is_shown_with_a_capital_and_kept_as_written():
@@ -78,9 +84,10 @@ def test_a_word_after_a_sentence_end_is_shown_with_a_capital_and_kept_as_written
     assert shown_texts(policy.committed) == ["Americans.", "Ask", "not.", "So...", "what"]
     assert shown_texts(policy.committed[1:2], before=policy.committed[0]) == ["Ask"]
     # what a session shows: all of it, the newest words (the update's), the tentative after
-    assert policy.shown_committed() == "Americans. Ask not. So... what"
-    assert policy.shown_committed(4) == "Ask not. So... what" and policy.shown_committed(0) == ""
-    assert policy.shown_after([TimedWord("you", 5.3, 5.5)]) == "you"
+    transcript = policy.transcript
+    assert transcript.shown_committed() == "Americans. Ask not. So... what"
+    assert transcript.shown_committed(4) == "Ask not. So... what" and transcript.shown_committed(0) == ""
+    assert transcript.shown_after([TimedWord("you", 5.3, 5.5)]) == "you"
 
 
 def test_a_word_aligned_into_the_last_frames_waits_though_read_before_them():
@@ -133,8 +140,8 @@ def test_the_next_decode_is_not_told_that_the_sentence_ended_at_the_last_committ
     # "Montreal." committed as soon as it was heard: its period is Whisper's guess that the
     # speaker stopped; given back, it opened a new sentence ("Montreal. All four...")
     for policy, last in ((AlignAttPolicy(), "Montreal"), (AgreementPolicy(), "Montreal.")):
-        policy.committed = [TimedWord("So", 0.5, 0.7), TimedWord("Montreal.", 0.8, 1.4)]
-        prefix = ContextKeeper(policy, 200, 5).for_decode(0, 0.0).prefix
+        judged = Judged(policy, [TimedWord("So", 0.5, 0.7), TimedWord("Montreal.", 0.8, 1.4)])
+        prefix = ContextKeeper(judged.transcript, policy.reopens_last_word, 200, 5).for_decode(0, 0.0).prefix
         assert prefix.words == ("So", last) and prefix.start == 0.5
 
 
@@ -155,7 +162,8 @@ def test_a_session_refuses_an_alignatt_policy_with_a_decoder_that_gives_no_atten
     with pytest.raises(ValueError, match="attention"):
         LiveSession(decoder, LiveConfig(policy="alignatt"), vad=object())
     decoder.options = DecodeOptions(attention=True)
-    assert LiveSession(decoder, LiveConfig(policy="alignatt"), vad=object(), final_decoder=decoder).policy.reads_loops
+    session = LiveSession(decoder, LiveConfig(policy="alignatt"), vad=object(), final_decoder=decoder)
+    assert session.streamed.policy.reads_loops
 
 
 # ------------------------------------------------------------------ the real model
@@ -166,13 +174,14 @@ def alignatt_session(model, audio, monkeypatch=None, calls=None):
     the same text every run); the LiveUpdates of its streamed decodes, in order. With `calls`, each call
     the decoder makes to stream_transcribe is recorded there: (audio, options)."""
     if calls is not None:
-        real = decoder_module.stream_transcribe
+        real = decoders_module.stream_transcribe
 
         def recording(model, audio, options):
-            calls.append((audio.copy(), options))
+            if options.attention:  # the streamed decodes (the final pass reads none)
+                calls.append((audio.copy(), options))
             return real(model, audio, options)
 
-        monkeypatch.setattr(decoder_module, "stream_transcribe", recording)
+        monkeypatch.setattr(decoders_module, "stream_transcribe", recording)
     config = LiveConfig(policy="alignatt")
     session = LiveSession(model_decoder(model, DecodeOptions(), alignatt=True), config)
     updates = []
@@ -211,7 +220,7 @@ def test_every_commit_is_a_prefix_of_plain_greedy_decoding_of_its_buffer(tiny_mo
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng makes the speech")
 def test_a_word_said_six_times_is_committed_six_times_by_the_real_model(tiny_model, tmp_path):
-    # Six times "go": the text fails the test of a looping decode (decoder.looped), which
+    # Six times "go": the text fails the test of a looping decode (loops.looped), which
     # would have taken the vote from every decode of it; the attention tells the repeat
     # from a loop (each "go" is read at its own audio). Offline, tiny.en writes seven.
     path = tmp_path / "go.wav"

@@ -199,3 +199,40 @@ def test_a_subset_is_named_as_the_report_names_it_or_as_the_manifest_does(capsys
         subset_name("spontaneous", parser)
     said = capsys.readouterr().err
     assert "'spontaneous'" in said and "hard (dev)" in said and "read (dev_ordinary)" in said
+
+
+def test_layouts_feed_each_recording_as_people_record_and_say_where_the_pauses_are(tmp_path, clip):
+    import json
+
+    import soundfile
+
+    from whisper_demo.bench.live_eval import load_sessions, report, words_in_pauses
+
+    rows = []
+    for i in range(6):
+        name = f"c{i}.wav"
+        soundfile.write(tmp_path / name, clip("short_3s.wav")[:16000], 16000)
+        rows.append(dict(id=f"c{i}", subset="dev_ordinary" if i % 2 else "dev", audio=name, reference=f"word{i}"))
+    (tmp_path / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recorded = load_sessions(tmp_path, layout="recorded")
+    assert recorded[0]["id"] == "recorded:c0" and recorded[0]["audio"].size == 16000 and recorded[0]["pauses"] == []
+    lead = load_sessions(tmp_path, layout="lead90")[0]
+    assert lead["audio"].size == 16000 + 1440 and lead["pauses"] == [(0.0, 0.09)]
+    padded = load_sessions(tmp_path)[0]
+    assert padded["id"] == "c0" and padded["pauses"] == [(0.0, 0.5), (1.5, 2.5)]
+    chained = load_sessions(tmp_path, layout="chained")
+    assert [s["subset"] for s in chained] == ["dev", "dev_ordinary"]  # hard and read alternate
+    hard = chained[0]
+    assert len(hard["pauses"]) == 2 and all(0.3 <= b - a <= 2.0 for a, b in hard["pauses"])
+    assert hard["audio"].size / 16000 == pytest.approx(3 + sum(b - a for a, b in hard["pauses"]), abs=1e-3)
+    assert load_sessions(tmp_path, layout="chained") [0]["pauses"] == hard["pauses"]  # seeded
+    # a word inside a pause of >= 1 s is counted; one at its edge or in a short pause is not
+    assert words_in_pauses([("you", 1.4, 1.8), ("Hi", 0.9, 1.05), ("so", 3.1, 3.3)], [(1.0, 2.5), (3.0, 3.5)]) == [
+        "you@1.4"]
+    records = [dict(id=s["id"], subset=s["subset"], layout=s["layout"], kind=kind, text=text, reference=s["reference"],
+                    delays=[], decodes=1, lost=lost, in_pauses=0)
+               for s in recorded[:2] + [lead] for kind, text, lost in
+               (("offline", s["reference"], 0), ("alignatt/fast", s["reference"], 1 if s is lead else 0))]
+    out = report(records)
+    assert "alignatt/fast @recorded" in out and "lead90" in out
+    assert "NOT met alignatt/fast read @lead90: nothing lost (1)" in out or "NOT met alignatt/fast hard @lead90: nothing lost (1)" in out

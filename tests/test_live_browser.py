@@ -1,5 +1,5 @@
 """The Live tab in a real browser: Chromium plays jfk.wav (11 s) or speech_25s.wav (26 s) as
-its fake microphone into the page's recorder (ui/browser_mic.js), which posts it to the
+its fake microphone into the page's recorder (ui/microphone/browser_mic.js), which posts it to the
 server; committed text must appear while the "speaker" is still talking,
 tentative text is styled differently, and after Stop the committed text matches the file.
 

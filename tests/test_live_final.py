@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from whisper_demo.decode import transcribe
-from whisper_demo.events import DecodeOptions
-from whisper_demo.live import LiveConfig, LiveUpdate, model_session
-from whisper_demo.live import final_pass as final_pass_module
-from whisper_demo.live.final_pass import cut_point, final_options, new_final_words
-from whisper_demo.live.policy import TimedWord
+from whisper_demo.events import DecodeOptions, DecodeResult
+from whisper_demo.live import LiveConfig, model_session
+from whisper_demo.live import decoders as decoders_module
+from whisper_demo.live.decoders import final_options
+from whisper_demo.live.final_pass import cut_point, new_final_words
+from whisper_demo.live.words import TimedWord
 from whisper_demo.live.revision import compare
 
 SR = 16000
@@ -31,39 +32,74 @@ def timed(spec: str):
 # ------------------------------------------------------------------ the real model
 
 
-def test_a_final_pass_is_the_plain_offline_decode_of_its_audio_with_its_prompt(tiny_model, clip, monkeypatch):
+def _span_in(stream: np.ndarray, audio: np.ndarray) -> tuple:
+    """Where `audio`, less the silence a final pass may put before it (LiveConfig.pad_lead_in),
+    lies in `stream`: (start, end) samples. Fails when it is not one contiguous slice of it."""
+    voiced = np.flatnonzero(audio)
+    assert voiced.size, "a final decode of nothing but silence"
+    first = voiced[0]
+    pattern = audio[first:first + 64]
+    candidates = np.flatnonzero(stream == pattern[0])
+    starts = [i for i in candidates if np.array_equal(stream[i:i + pattern.size], pattern)]
+    assert len(starts) == 1, f"{len(starts)} places in the stream match the decoded audio"
+    lead = first  # samples before the first nonzero one: the stream's own silence, or padding
+    start = starts[0] - lead
+    body = audio[first:]
+    assert np.array_equal(stream[starts[0]:starts[0] + body.size], body), "not one slice of the stream"
+    # what is before the first nonzero sample is silence in the stream too, or padding
+    return max(0, start), starts[0] + body.size
+
+
+def test_a_final_pass_is_the_plain_offline_decode_of_its_audio_with_its_prompt_and_given_words(
+        tiny_model, clip, monkeypatch):
     """Two recordings with a pause between them, the buffer cut after the first (a short
-    cut_after_seconds): the first recording's final pass is given nothing, the second's is
-    prompted with the first's final text; each writes exactly the tokens openai-whisper's
-    transcribe writes for the same audio and prompt (our stream_transcribe with the default
-    options equals it, test_longform.py). A pass given earlier final words goes on from the
-    tokens the pass before wrote for them, timestamps included."""
-    calls = []
-    real = final_pass_module.stream_transcribe
+    cut_after_seconds): the first recording's final pass is given nothing, the ones after
+    are prompted with the final text before them, and a pass over a buffer that already
+    holds final words goes on from the tokens the pass before wrote for them (its prefix,
+    timestamps included). Every decode writes exactly the tokens of a plain decode
+    (transcribe, the default options: openai-whisper's, test_longform.py) of the same audio
+    with the same prompt and prefix; and that audio is the utterance's own: one slice of
+    the stream, inside the recording it belongs to."""
+    calls = []  # (audio heard, options, its DecodeResult) of every final-pass decode
+    real = decoders_module.stream_transcribe
 
     def recording(model, audio, options):
-        calls.append((audio.copy(), options))
-        return real(model, audio, options)
+        if options.single_window:  # a streamed decode (it reads one window)
+            return real(model, audio, options)
 
-    monkeypatch.setattr(final_pass_module, "stream_transcribe", recording)
+        def kept():
+            for item in real(model, audio, options):
+                if isinstance(item, DecodeResult):
+                    calls.append((audio.copy(), options, item))
+                yield item
+        return kept()
+
+    monkeypatch.setattr(decoders_module, "stream_transcribe", recording)
     silence = np.zeros(int(2.5 * SR), np.float32)
-    audio = np.concatenate([silence[:SR // 2], clip("short_3s.wav"), silence, clip("jfk.wav"), silence])
+    first, second = clip("short_3s.wav"), clip("jfk.wav")
+    stream = np.concatenate([silence[:SR // 2], first, silence, second, silence])
+    second_starts = SR // 2 + first.size + silence.size
     session = model_session(tiny_model, DecodeOptions(), LiveConfig(cut_after_seconds=6.0, cut_keep_seconds=1.0))
-    results = []
-    for start in range(0, audio.size, SR // 10):
-        session.add_samples(audio[start:start + SR // 10])
-        results += [u.result for u in session.updates() if isinstance(u, LiveUpdate) and u.result is not None
-                    and u.revision is not None]
-    assert len(calls) == len(results) >= 3  # short_3s, then jfk's utterances (it pauses between phrases)
-    unprompted = [(heard, o) for heard, o in calls if o.prompt is None and o.prefix_tokens is None]
-    prompted = [(heard, o) for heard, o in calls if o.prompt is not None and o.prefix_tokens is None]
-    assert len(unprompted) == 1 and prompted and "door" in prompted[0][1].prompt.lower()
-    for heard, options in unprompted + prompted:
-        plain = transcribe(tiny_model, heard, DecodeOptions(prompt=options.prompt, word_timestamps=True))
-        mine = next(r for (h, o), r in zip(calls, results) if h is heard)
+    for start in range(0, stream.size, SR // 10):
+        session.add_samples(stream[start:start + SR // 10])
+        list(session.updates())
+    list(session.finish())
+
+    unprompted = [c for c in calls if c[1].prompt is None and c[1].prefix_tokens is None]
+    prompted = [c for c in calls if c[1].prompt is not None]
+    given = [c for c in calls if c[1].prefix_tokens]
+    assert len(unprompted) == 1 and prompted and given  # every kind of final decode was made
+    assert "door" in prompted[0][1].prompt.lower()
+    assert any(t >= 50257 for t in given[0][1].prefix_tokens)  # the timestamps the pass before wrote
+    for heard_audio, options, mine in calls:
+        start, end = _span_in(stream, heard_audio)
+        inside_first = end <= second_starts
+        inside_second = start >= second_starts - SR  # from the pause's last second: a lead-in
+        assert inside_first or inside_second, (start / SR, end / SR)
+        plain = transcribe(tiny_model, heard_audio, DecodeOptions(prompt=options.prompt,
+                                                                  prefix_tokens=options.prefix_tokens,
+                                                                  word_timestamps=True))
         assert mine.tokens == plain.tokens, (mine.text, plain.text)
-    given = [options for _, options in calls if options.prefix_tokens]
-    assert given and any(t >= 50257 for t in given[0].prefix_tokens)  # a timestamp token among them
 
 
 def test_the_final_pass_decodes_as_transcribe_does():
@@ -126,7 +162,7 @@ def test_a_revision_marks_only_the_words_that_differ_from_what_was_shown():
 
 
 def test_the_page_marks_each_changed_run_once_with_what_it_replaced():
-    from whisper_demo.ui.live_view import transcript_html
+    from whisper_demo.ui.render.live_view import transcript_html
 
     shown = transcript_html(("A", "small", "dog", "walked", "along."), "then", "we", changes=[(2, 4, "dark walk")])
     marks = re.findall(r'<mark class="wk-revised" title="([^"]*)"[^>]*>([^<]*)</mark>', shown)
@@ -135,3 +171,99 @@ def test_the_page_marks_each_changed_run_once_with_what_it_replaced():
     committed = re.sub(r"<[^>]+>", "", re.search(r'<span class="wk-committed".*?</span></span>', shown).group(0))
     assert committed == "A small dog walked along. then"
     assert "wk-tentative" in shown and ">we<" in shown
+
+
+# ---------------------------------------------------------------------- coverage (pure, scripted)
+
+from live_script import scripted_result  # noqa: E402
+
+from whisper_demo.live.final_pass import final_words, heard, result_words  # noqa: E402
+
+
+class Decodes:
+    """The final decoder as final_words calls it, scripted: each call answers the next list
+    of (word, start, end), times relative to its audio's start; records (start s, prompt)."""
+
+    def __init__(self, *answers):
+        self.answers, self.calls = list(answers), []
+
+    def __call__(self, start, prompt, given):
+        self.calls.append((round(start / 16000, 3), prompt, given))
+        words = self.answers.pop(0) if self.answers else []
+        return self._result(words)
+
+    def _result(self, words):
+        yield from ()
+        return scripted_result(words)
+
+
+def run_final_words(decodes, voice, prompt="Before.", **kw):
+    """final_words over a buffer from 0 whose voice detector heard `voice` ((start, end) s)."""
+    def voiced(a, b):
+        return sum(max(0.0, min(b, e) - max(a, s)) for s, e in voice)
+
+    def next_voice(after):
+        return next((s for s, _ in voice if s > after), None)
+
+    gen = final_words(decodes, 0, prompt, [], None, voiced=voiced, voice_end=max(e for _, e in voice),
+                      next_voice=next_voice, prompt_chars=200, **kw)
+    try:
+        while True:
+            next(gen)
+    except StopIteration as stop:
+        result, words, continued = stop.value
+    return [w.text for w in words], continued
+
+
+@pytest.mark.parametrize("answers, voice, words, calls", [
+    # covers the voice: one decode
+    ([[("Pity", 0.3, 0.7), ("the", 0.7, 0.9), ("world.", 0.9, 5.8)]], [(0.3, 6.0)],
+     ["Pity", "the", "world."], [(0.0, "Before.")]),
+    # ends seconds before the voice does: continued from its last word's end, the text before as the prompt
+    ([[("Pity", 0.3, 0.7), ("the", 0.7, 0.9), ("world,", 0.9, 1.2), ("or", 1.2, 1.5)],
+      [("else", 0.1, 0.5), ("this", 0.5, 0.8), ("glutton", 0.8, 1.4), ("be.", 1.4, 4.4)]], [(0.3, 6.0)],
+     ["Pity", "the", "world,", "or", "else", "this", "glutton", "be."],
+     [(0.0, "Before."), (1.5, "Before. Pity the world, or")]),
+    # the continuation writes nothing, nor does the decode from the next voice: the words stay as they are
+    ([[("Pity", 0.3, 0.7)], [], []], [(0.3, 1.0), (3.0, 5.0)], ["Pity"],
+     [(0.0, "Before."), (0.7, "Before. Pity"), (2.7, "Before. Pity")]),
+    # the decode from the next voice's lead-in writes the rest
+    ([[("Pity", 0.3, 0.7)], [], [("the", 0.3, 0.6), ("world.", 0.6, 2.2)]], [(0.3, 1.0), (3.0, 5.0)],
+     ["Pity", "the", "world."], [(0.0, "Before."), (0.7, "Before. Pity"), (2.7, "Before. Pity")]),
+    # a word written where the detector heard no voice is not written ("You" in a pause)
+    ([[("Hello.", 0.3, 1.8), ("You", 3.0, 3.4)]], [(0.3, 2.0)], ["Hello."], [(0.0, "Before.")]),
+])
+def test_a_final_pass_covers_the_voice_it_was_given(answers, voice, words, calls):
+    decodes = Decodes(*answers)
+    written, _ = run_final_words(decodes, voice)
+    assert written == words
+    assert [(start, prompt) for start, prompt, _ in decodes.calls] == calls
+
+
+def test_no_decode_is_made_alone_without_context_after_the_first():
+    # the session's first words (no prompt, nothing given) are the only decode without context
+    decodes = Decodes([("Pity", 0.3, 0.7)], [], [])
+    run_final_words(decodes, [(0.3, 1.0), (3.0, 5.0)], prompt=None)
+    assert [prompt for _, prompt, _ in decodes.calls] == [None, "Pity", "Pity"]
+
+
+def test_a_segment_whisper_doubts_with_a_word_in_silence_is_not_written():
+    # "Now and forevermore." over a recording's tail: no_speech_prob 0.65 (under transcribe's
+    # log-probability test, so transcribe keeps it), "forevermore." where no voice was heard
+    from whisper_demo.events import Segment
+    from whisper_demo.timing import Word
+
+    def result(no_speech_prob):
+        said = scripted_result([("voicemail.", 0.3, 1.0)])
+        tail = Segment(1.0, 2.0, " Now and forevermore.", [], [Word(" Now", 1.0, 1.1), Word(" and", 1.1, 1.2),
+                                                               Word(" forevermore.", 1.6, 2.0)],
+                       avg_logprob=-0.77, no_speech_prob=no_speech_prob)
+        said.segments.append(tail)
+        return said
+
+    def voiced(a, b):
+        return max(0.0, min(b, 1.1) - max(a, 0.3))
+
+    assert [w.text for w in result_words(result(0.65), 0.0, voiced)] == ["voicemail."]
+    # one Whisper does not doubt keeps its words the detector heard
+    assert [w.text for w in heard(result_words(result(0.1), 0.0, voiced), voiced)] == ["voicemail.", "Now", "and"]

@@ -12,7 +12,7 @@ from whisper_demo.bench.live_page import (COMMIT_TILE, FIRST_TOKEN_TILE, Offline
                                           commit_delays, report, spread, tile_figures)
 from whisper_demo.bench.page_mic import PageSession
 from whisper_demo.live.snapshots import LiveStats
-from whisper_demo.ui.live_view import stats_html
+from whisper_demo.ui.render.live_view import stats_html
 
 
 def page(versions, final, mic_opened_s=0.5, stopped_s=10.0, details=()):

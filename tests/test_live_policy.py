@@ -7,7 +7,10 @@ No model, no audio, no clock: every failure the live path has shown is a row her
 
 from dataclasses import replace
 
-from whisper_demo.live.policy import AgreementPolicy, Hypothesis, TimedWord
+from live_script import Judged
+
+from whisper_demo.live.agreement import AgreementPolicy
+from whisper_demo.live.words import Hypothesis, TimedWord
 
 
 def hyp(spec: str, start: float = 0.0, end: float = None, segment_ends=()) -> Hypothesis:
@@ -23,7 +26,7 @@ def hyp(spec: str, start: float = 0.0, end: float = None, segment_ends=()) -> Hy
 
 def run(table, policy=None):
     """Feed each row; return the policy and, per row, the committed text it produced."""
-    policy = policy or AgreementPolicy(min_vote_seconds=0.0)
+    policy = policy or Judged(AgreementPolicy(min_vote_seconds=0.0))
     out = []
     for spec, _ in table:
         decision = policy.update(hyp(spec) if isinstance(spec, str) else spec)
@@ -70,8 +73,8 @@ def test_words_after_the_given_committed_words_are_new_wherever_they_are_placed(
         return replace(hyp(spec), after_committed=True)
 
     for after_committed, expected in ((True, "ask what you"), (False, "what you")):
-        policy = AgreementPolicy(min_vote_seconds=0.0)
-        policy.committed = [TimedWord("for", 7.0, 7.24), TimedWord("you", 7.24, 8.26)]
+        policy = Judged(AgreementPolicy(min_vote_seconds=0.0),
+                        [TimedWord("for", 7.0, 7.24), TimedWord("you", 7.24, 8.26)])
         make = given if after_committed else hyp
         check([
             (make("ask@8.08-8.66 what@8.66-8.94 you@8.94-9.28"), ""),
@@ -82,9 +85,8 @@ def test_words_after_the_given_committed_words_are_new_wherever_they_are_placed(
 def test_a_repeat_after_a_cut_is_skipped():
     # The buffer was cut at 10.5 s after "for your country."; the next decode hears the
     # tail of "country" again, squeezed into the first instants of the new buffer.
-    policy = AgreementPolicy(min_vote_seconds=0.0)
-    policy.committed = [TimedWord("for", 9.7, 9.9), TimedWord("your", 9.9, 10.2),
-                        TimedWord("country.", 10.2, 10.5)]
+    policy = Judged(AgreementPolicy(min_vote_seconds=0.0), [
+        TimedWord("for", 9.7, 9.9), TimedWord("your", 9.9, 10.2), TimedWord("country.", 10.2, 10.5)])
     check([
         ("country.@10.42-10.55 My@10.9-11.1 fellow@11.1-11.4", ""),
         ("country.@10.42-10.55 My@10.9-11.1 fellow@11.1-11.4 citizens@11.4-12.0", "My fellow"),
@@ -124,7 +126,7 @@ def test_a_decoder_that_jumps_ahead_and_comes_back():
 def test_a_decode_of_the_first_instants_of_a_buffer_gets_no_vote():
     # From 1 s and 1.5 s of audio tiny.en heard "But when the" twice; from 2.5 s on,
     # "The weather today".
-    policy = AgreementPolicy(min_vote_seconds=2.0)
+    policy = Judged(AgreementPolicy(min_vote_seconds=2.0))
     out = [policy.update(hyp(spec, 0.0, end)).committed for spec, end in [
         ("But@0.1-0.4 when@0.4-0.6 the@0.6-0.7", 1.0),
         ("But@0.1-0.4 when@0.4-0.6 the@0.6-0.7 day@0.8-1.1", 1.5),
@@ -144,7 +146,7 @@ def test_misheard_first_words_are_not_committed_by_one_decode():
 
 
 def test_committed_text_only_grows():
-    policy = AgreementPolicy(min_vote_seconds=0.0)
+    policy = Judged(AgreementPolicy(min_vote_seconds=0.0))
     seen = []
     rows = ["a@0-0.3 b@0.3-0.6", "a@0-0.3 b@0.3-0.6 c@0.6-0.9", "z@0-0.3 q@0.3-0.6 c@0.6-0.9 d@0.9-1.2",
             "a@0-0.3 b@0.3-0.6 c@0.6-0.9 d@0.9-1.2 e@1.2-1.5"]
@@ -156,15 +158,15 @@ def test_committed_text_only_grows():
 
 
 def test_prompt_words_are_those_before_the_buffer():
-    policy = AgreementPolicy(min_vote_seconds=0.0)
-    policy.committed = [TimedWord("a", 0, 1), TimedWord("b", 1, 2), TimedWord("c", 2, 3)]
-    assert [w.text for w in policy.committed_before(2.0)] == ["a", "b"]
+    policy = Judged(AgreementPolicy(min_vote_seconds=0.0),
+                    [TimedWord("a", 0, 1), TimedWord("b", 1, 2), TimedWord("c", 2, 3)])
+    assert [w.text for w in policy.transcript.committed_before(2.0)] == ["a", "b"]
 
 
 def test_words_at_the_edge_of_the_earlier_audio_wait_for_more():
     # The first decode heard 1.0 s and ended on "am I" (0.76-1.0): guessed without what
     # follows. The second agrees on it, but only "And" had audio after it the first time.
-    policy = AgreementPolicy(right_context_seconds=0.3, min_vote_seconds=0.0)
+    policy = Judged(AgreementPolicy(right_context_seconds=0.3, min_vote_seconds=0.0))
     first = policy.update(hyp("And@0-0.5 so@0.5-0.76 am@0.76-0.9 I@0.9-1.0", 0.0, 1.0))
     second = policy.update(hyp("And@0-0.5 so@0.5-0.76 am@0.76-0.9 I@0.9-1.0 fellow@1.4-1.8", 0.0, 2.0))
     assert first.committed == () and [w.text for w in second.committed] == ["And"]
@@ -174,8 +176,7 @@ def test_words_at_the_edge_of_the_earlier_audio_wait_for_more():
 
 def test_a_word_heard_again_a_little_later_is_not_committed_twice():
     # "In the" committed; the next decode places "the" 0.2 s later (timing jitter)
-    policy = AgreementPolicy(min_vote_seconds=0.0)
-    policy.committed = [TimedWord("In", 8.0, 8.2), TimedWord("the", 8.2, 8.4)]
+    policy = Judged(AgreementPolicy(min_vote_seconds=0.0), [TimedWord("In", 8.0, 8.2), TimedWord("the", 8.2, 8.4)])
     check([
         ("the@8.35-8.6 evening@8.6-9.1", ""),
         ("the@8.35-8.6 evening@8.6-9.1 the@9.2-9.3 sky@9.3-9.6", "evening"),
@@ -187,9 +188,8 @@ def test_a_run_of_a_repeated_word_heard_again_is_skipped_whole():
     # to decode; the run after the committed ones is the same "uh"s heard again, not new
     # speech. Skipping one repeat at a time committed the rest of each run: 157 "uh" where
     # six were said (the live benchmark's paced feed, mfa_uhuh between other clips).
-    policy = AgreementPolicy(min_vote_seconds=0.0)
-    policy.committed = [TimedWord("Montreal,", 30.0, 30.5)] + [
-        TimedWord("uh,", 30.5 + 0.1 * i, 30.6 + 0.1 * i) for i in range(6)]  # ends at 31.1
+    policy = Judged(AgreementPolicy(min_vote_seconds=0.0), [TimedWord("Montreal,", 30.0, 30.5)] + [
+        TimedWord("uh,", 30.5 + 0.1 * i, 30.6 + 0.1 * i) for i in range(6)])  # ends at 31.1
     run_again = " ".join(f"uh,@{31.05 + 0.05 * i:.2f}-{31.1 + 0.05 * i:.2f}" for i in range(10))
     check([
         (run_again + " forced@31.7-32.0 aligner.@32.0-32.5", ""),
@@ -213,9 +213,9 @@ def test_a_phrase_the_decoder_writes_again_with_no_audio_is_dropped():
 
 def test_a_copy_of_a_committed_phrase_aligned_to_an_instant_is_skipped():
     # The committed copy itself took no audio: a copy placed 0.04 s after it is not speech.
-    policy = AgreementPolicy(min_vote_seconds=0.0)
-    policy.committed = [TimedWord("forced.", 233.12, 233.56), TimedWord("Montreal", 233.56, 233.56),
-                        TimedWord("forced.", 233.56, 233.56)]
+    policy = Judged(AgreementPolicy(min_vote_seconds=0.0), [
+        TimedWord("forced.", 233.12, 233.56), TimedWord("Montreal", 233.56, 233.56),
+        TimedWord("forced.", 233.56, 233.56)])
     check([
         ("Montreal@233.6-233.6 forced.@233.6-233.6 the@234.1-234.5", ""),
         ("Montreal@233.6-233.6 forced.@233.6-233.6 the@234.1-234.5 aligner@234.5-235.0", "the"),
@@ -227,8 +227,8 @@ def test_a_silent_word_before_a_silent_copy_of_the_committed_tail_does_not_hide_
     # end-of-speech decode wrote "Mm. Montreal forced." aligned to one instant before the
     # speech that followed; the silent "Mm." in front kept rule 2 from seeing the repeat,
     # and "Montreal forced." was committed twice.
-    policy = AgreementPolicy(min_vote_seconds=0.0)
-    policy.committed = [TimedWord("Montreal", 232.2, 233.12), TimedWord("forced.", 233.12, 233.56)]
+    policy = Judged(AgreementPolicy(min_vote_seconds=0.0),
+                    [TimedWord("Montreal", 232.2, 233.12), TimedWord("forced.", 233.12, 233.56)])
     spec = ("Mm.@233.6-233.6 Montreal@233.6-233.6 forced.@233.6-233.6 Mm.@235.54-236.94 "
             "Montreal@237.02-237.88")
     check([(spec, ""), (spec, "Mm. Montreal")], policy)
@@ -236,8 +236,8 @@ def test_a_silent_word_before_a_silent_copy_of_the_committed_tail_does_not_hide_
 
 
 def test_a_silent_word_that_opens_no_repeat_is_kept():
-    policy = AgreementPolicy(min_vote_seconds=0.0)
-    policy.committed = [TimedWord("Montreal", 232.2, 233.12), TimedWord("forced.", 233.12, 233.56)]
+    policy = Judged(AgreementPolicy(min_vote_seconds=0.0),
+                    [TimedWord("Montreal", 232.2, 233.12), TimedWord("forced.", 233.12, 233.56)])
     spec = "the@233.6-233.6 aligner.@233.7-234.2"
     check([(spec, ""), (spec, "the aligner.")], policy)
 
@@ -256,7 +256,7 @@ def test_a_word_the_speaker_says_again_and_again_is_kept():
 def test_a_word_whisper_split_at_its_punctuation_is_one_word():
     from types import SimpleNamespace as NS
 
-    from whisper_demo.live.policy import timed_words
+    from whisper_demo.live.words import timed_words
 
     def word(text, start, end):
         return NS(text=text, start=start, end=end)

@@ -11,12 +11,13 @@ from live_script import SR, FinalScript, Script, loud, loud_voice, quiet, script
 
 from whisper_demo.live import LiveConfig, LiveSession, LiveUpdate, drain
 from whisper_demo.live import worker as worker_mod
-from whisper_demo.live.decoder import loop_start, looped
-from whisper_demo.ui.live_view import stats_html
+from whisper_demo.live.loops import loop_start, looped
+from whisper_demo.ui.render.live_view import stats_html
 
 # The scripted decoders give no attention: they script the agreement policy's sessions
 # (tests/test_live_alignatt.py has AlignAtt's).
-AGREEMENT = LiveConfig(policy="agreement", min_new_seconds=1.0, min_vote_seconds=0.0, right_context_seconds=0.3)
+AGREEMENT = LiveConfig(policy="agreement", min_new_seconds=1.0, min_vote_seconds=0.0, right_context_seconds=0.3,
+                       pad_lead_in=False)  # timings as scripted (test_live_final: the lead-in put in)
 LATE = [("It", 0.1, 0.3), ("is", 0.3, 0.6), ("late", 0.6, 1.9)]
 
 
@@ -82,7 +83,7 @@ def test_the_next_utterance_is_given_the_final_words_with_the_tokens_their_pass_
     final = FinalScript(IT_IS_LATE, [("We", 2.9, 3.2), ("go.", 3.2, 3.7)], [("Now.", 5.9, 6.6)])
     feed = Feed(session_of(script, final))
     feed(loud(2.0), step=1.0)(quiet(0.8))(loud(1.0), step=1.0)(quiet(2.2))(loud(1.0), step=1.0)(quiet(0.8))
-    assert len(feed.final_passes()) == 3 and feed.session._offset == 0
+    assert len(feed.final_passes()) == 3 and feed.session.buffer.offset == 0
     # given the first utterance's final words and the tokens that pass wrote for them
     assert final.calls[1][1:] == (None, ("It's", "late."), (1, 2))
     assert final.calls[2][1:] == (None, ("It's", "late.", "We", "go."), (1, 2, 3, 4))
@@ -111,7 +112,7 @@ def test_a_final_pass_that_stops_after_the_given_words_is_continued_from_their_e
 def test_a_long_buffer_is_cut_where_its_final_pass_says():
     # Speech without a pause: at 6 s of buffer, a final pass of those 6 s, cut at the last
     # but one boundary up to 2 s before their end; the words after it stay streamed
-    config = LiveConfig(policy="agreement", min_new_seconds=1.0, min_vote_seconds=0.0,
+    config = LiveConfig(policy="agreement", min_new_seconds=1.0, min_vote_seconds=0.0, pad_lead_in=False,
                         right_context_seconds=0.3, cut_after_seconds=6.0, cut_keep_seconds=2.0)
     said = [("One.", 0.2, 1.0), ("Two.", 1.2, 2.0), ("Three", 2.2, 3.0), ("four.", 3.0, 3.8), ("Five", 4.2, 5.0)]
     script = Script(*[[w for w in said if w[2] <= t] for t in range(1, 7)])
@@ -121,7 +122,7 @@ def test_a_long_buffer_is_cut_where_its_final_pass_says():
     [(at, update)] = feed.final_passes()
     assert at == 6.0 and final.calls == [(6.0, None, (), None)]
     # boundaries up to 4 s: 1.0, 2.0, 3.8: cut at 2.0 ("Three four." stays in the buffer)
-    assert update.final_words == ("One.", "Two.") and feed.session._offset == 2 * SR
+    assert update.final_words == ("One.", "Two.") and feed.session.buffer.offset == 2 * SR
     assert update.trimmed_seconds == pytest.approx(2.0)
     assert "Three" in update.streamed or "Three" in update.tentative
     assert feed.session.committed_text.startswith("One. Two.")
@@ -139,26 +140,28 @@ def test_finish_makes_every_word_final_once():
         "streamed", "streamed", "final pass"]  # "It is" kept as first committed; "late." by the final pass
 
 
-def test_a_final_pass_that_writes_nothing_decodes_the_utterance_alone_and_never_keeps_streamed_words():
+def test_a_final_pass_that_writes_nothing_is_retried_with_context_never_alone_and_keeps_streamed_words():
     # The first utterance is final; the second one's pass, given it, writes nothing, and so
-    # does the decode from the given words' end: the second utterance's own audio is
-    # decoded alone (from 0.3 s before its voice, no prompt), and its words are final
+    # does the decode from the given words' end: once more from 0.3 s before the second
+    # voice, with the text before as the prompt (never alone: tiny.en writes "You" there)
     script = Script(LATE[:2], LATE, [("We", 0.4, 0.7)], [("We", 0.4, 0.7), ("go", 0.7, 1.0)])
     final = FinalScript(IT_IS_LATE, [], [], [("We", 0.3, 0.6), ("go.", 0.6, 1.2)])
     feed = Feed(session_of(script, final))
     feed(loud(2.0), step=1.0)(quiet(0.8))(loud(1.0), step=1.0)(quiet(0.8))
-    # the second voice starts in the frame from 2.784 s: decoded alone from 2.484 s
-    assert [(c[1], c[2]) for c in final.calls[1:]] == [(None, ("It's", "late.")), ("It's late.", ()), (None, ())]
+    # the second voice starts in the frame from 2.784 s: decoded from 2.484 s, prompted
+    assert [(c[1], c[2]) for c in final.calls[1:]] == [(None, ("It's", "late.")), ("It's late.", ()),
+                                                       ("It's late.", ())]
     assert final.calls[3][0] == pytest.approx(final.calls[2][0] - (2.484 - 1.9))
     assert feed.session.final_text == "It's late. We go."
-    # when that writes nothing too, the utterance has no final words: the streamed ones
-    # committed by then are not kept (whether there were any depends on when the decodes
-    # ran; the final text must not), and count as revised
+    # when that writes nothing too, no final word covers the streamed ones: they are not
+    # revised away (nothing is lost) and become final as they are at the end
     script = Script(LATE[:2], LATE)
     feed = Feed(session_of(script, FinalScript([], [])))
     feed(loud(2.0), step=1.0)(quiet(1.0))
     [(_, update)] = feed.final_passes()
-    assert update.final_words == () and update.revision.revised == 2 and feed.session.final_text == ""
+    assert update.final_words == () and update.revision.revised == 0 and update.streamed == "It is"
+    feed.finish()
+    assert feed.session.final_text == "It is" and feed.session.stats().lost_words == 0
 
 
 def test_silence_and_short_clicks_get_no_decode():
@@ -232,7 +235,7 @@ def test_a_looped_decode_shows_its_words_up_to_the_third_copy(text, shown):
 
 class LoopsWhenPrompted(Script):
     """A scripted decoder that, given a prompt, repeats it until its token limit (as the
-    real decoder's loops end, decoder.py), and without one answers from its script."""
+    real decoder's loops end, decoders.py), and without one answers from its script."""
 
     TOKEN_LIMIT = 30
 
@@ -421,7 +424,7 @@ def test_a_long_utterance_is_heard_by_the_streamed_decodes_from_a_committed_sent
     heard = []
 
     def decoder(audio, prompt, draft=None, prefix=None):
-        end = (session._offset + session._buffer.size) / SR
+        end = session.buffer.end / SR
         start = round(end - audio.size / SR, 3)
         heard.append((start, round(end, 3), prompt))
         words = [(w, a - start, b - start) for w, a, b in said if a >= start and b <= end]
@@ -429,6 +432,7 @@ def test_a_long_utterance_is_heard_by_the_streamed_decodes_from_a_committed_sent
         yield scripted_result(words)
 
     config = LiveConfig(policy="agreement", min_new_seconds=1.0, min_vote_seconds=0.0, right_context_seconds=0.3,
+                        pad_lead_in=False,
                         streamed_window_seconds=4.0, streamed_keep_seconds=1.5)
     final = FinalScript(said)
     session = session_of(decoder, final, config)

@@ -1,4 +1,4 @@
-"""The Live tab's buffer strip (ui/live_strip.py): the audio the last re-decode read, the
+"""The Live tab's buffer strip (ui/render/live_strip.py): the audio the last re-decode read, the
 committed part of it, and for AlignAtt the cursor at the newest token's attention peak and
 the edge `frame_seconds` before the buffer's end. The SVG is checked from constructed
 snapshots (where each line lands, in the strip's own x), then a real AlignAtt session of
@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from whisper_demo.live.alignatt import AlignAttPolicy
-from whisper_demo.live.policy import Hypothesis, TimedWord
+from whisper_demo.live.transcript import Transcript
+from whisper_demo.live.words import Hypothesis, TimedWord
 from whisper_demo.live.snapshots import ENVELOPE_BARS, BufferView, WordMark, buffer_view, envelope, newest_peak
-from whisper_demo.ui.live_strip import EDGE_LABEL, strip_html
+from whisper_demo.ui.render.live_strip import EDGE_LABEL, strip_html
 
 # The strip's geometry, written out here so a wrong scale fails: a 640-wide SVG whose plot
 # runs from x=10 to x=630 (620 across), the buffer's start at the left.
@@ -116,7 +117,7 @@ def test_before_the_first_decode_the_strip_says_what_will_appear():
 def test_the_live_tab_draws_the_strip_of_the_last_update_under_the_transcript():
     from whisper_demo.live.snapshots import LiveUpdate
     from whisper_demo.live.worker import LiveView
-    from whisper_demo.ui import live_view
+    from whisper_demo.ui.render import live_view
 
     def rendered(policy):
         update = LiveUpdate("cool", "and cloudy", "", True, None, (), None, buffer=view())
@@ -136,20 +137,22 @@ def test_the_policy_choice_reaches_the_handlers_that_open_a_session():
 
     import gradio as gr
 
-    from whisper_demo.ui.live_tab import build_live_tab
+    from whisper_demo.ui.live.layout import build_live_tab
     from whisper_demo.ui.store import Defaults, ModelStore
 
     with gr.Blocks() as page:
         header_model = gr.Dropdown(["tiny.en"], value="tiny.en", elem_id="header-model")
-        build_live_tab(ModelStore(device="cpu"), Defaults(model="tiny.en"), model_choice=header_model)
+        tab = build_live_tab(ModelStore(device="cpu"), Defaults(model="tiny.en"), model_choice=header_model)
     parameter_of = {"live-mic-problem": "problem", "live_kv_toggle": "cache_on", "live_cache_mode": "mode",
                     "live_policy": "policy", "header-model": "model_name"}
-    handlers = {fn.fn.__name__: fn for fn in page.fns.values() if fn.fn is not None and fn.fn.__name__ == "start"}
-    assert set(handlers) == {"start"}
-    for name, fn in handlers.items():
+    # the browser microphone's Record and this computer's Start
+    handlers = {fn.fn.__self__: fn for fn in page.fns.values() if fn.fn is not None and fn.fn.__name__ == "start"}
+    assert set(handlers) == {tab.browser, tab.desktop}
+    for owner, fn in handlers.items():
         parameters = list(inspect.signature(fn.fn).parameters)
         given = [parameter_of[component.elem_id] for component in fn.inputs]
-        assert "policy" in given and parameters[:len(given)] == given, (name, parameters, given)
+        assert parameters[:len(given)] == given, (owner, parameters, given)
+    assert "policy" in [parameter_of[component.elem_id] for component in handlers[tab.browser].inputs]
 
 
 # ------------------------------------------------------------------ the snapshot
@@ -169,12 +172,14 @@ def test_alignatt_decision_carries_its_edge_and_the_view_its_cursor():
     words = (TimedWord("the", 10.1, 10.3), TimedWord("weather", 10.3, 10.8), TimedWord("today", 10.9, 11.5))
     hyp = Hypothesis(words, buffer_start=10.0, buffer_end=11.6, peaks=((10.2,), (10.5, 10.7), (11.4,)))
     policy = AlignAttPolicy(frame_seconds=0.4)
-    decision = policy.update(hyp)
+    transcript = Transcript()
+    decision = policy.update(transcript, hyp)
+    transcript.apply(decision, 0.0)
     assert decision.edge == pytest.approx(11.6 - 0.4)
     assert [w.text for w in decision.committed] == ["the", "weather"]  # "today" read past the edge
     steps = [(" the", 10.2), (" weather", 10.5), ("", 10.7), (" today", 11.4), (".", 10.1), ("", 10.3)]
     shown = buffer_view(np.zeros(int(1.6 * 16000), np.float32), 10.0, hyp, decision, steps,
-                        policy.committed_end, at_pause=False)
+                        transcript.committed_end, at_pause=False)
     assert (shown.start, shown.end) == (10.0, pytest.approx(11.6))
     assert shown.cursor == 11.4  # the newest word's last token: "." and the end of text read nothing
     assert shown.edge == decision.edge and shown.committed_until == 10.8
@@ -185,7 +190,7 @@ def test_alignatt_decision_carries_its_edge_and_the_view_its_cursor():
 def test_a_decode_that_wrote_nothing_after_the_given_words_has_no_cursor():
     # its one step is the end of text, carrying the given words' text
     hyp = Hypothesis((), buffer_start=0.0, buffer_end=3.5, after_committed=True)
-    decision = AlignAttPolicy().update(hyp)
+    decision = AlignAttPolicy().update(Transcript(), hyp)
     shown = buffer_view(np.zeros(56000, np.float32), 0.0, hyp, decision,
                         [(" And so my fellow Americans.", 0.42)], 2.6)
     assert shown.cursor is None and shown.words == ()
@@ -194,7 +199,7 @@ def test_a_decode_that_wrote_nothing_after_the_given_words_has_no_cursor():
 
 def test_words_the_tokens_do_not_spell_take_the_tokens_cursor():
     hyp = Hypothesis((TimedWord("so...", 0.5, 0.9),), buffer_start=0.0, buffer_end=2.0)
-    shown = buffer_view(np.zeros(32000, np.float32), 0.0, hyp, AlignAttPolicy().update(hyp),
+    shown = buffer_view(np.zeros(32000, np.float32), 0.0, hyp, AlignAttPolicy().update(Transcript(), hyp),
                         [(" so", 0.6), ("..", 0.2)], 0.0, at_pause=False)
     assert shown.cursor == 0.6 and shown.words == ()
 
@@ -253,7 +258,7 @@ def test_a_real_alignatt_session_places_its_cursor_inside_the_buffer_and_its_edg
 
 def test_an_alignatt_tab_session_decodes_with_attention(tiny_model):
     from whisper_demo.events import DecodeOptions
-    from whisper_demo.ui.live_tab import TabSession
+    from whisper_demo.ui.live.tab_session import TabSession
 
     for policy, attention in (("alignatt", True), ("agreement", False)):
         session = TabSession(tiny_model, DecodeOptions(), policy=policy)

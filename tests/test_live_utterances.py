@@ -5,7 +5,7 @@ import numpy as np
 from live_script import SR, loud, loud_voice, quiet
 
 from whisper_demo.live import LiveConfig
-from whisper_demo.live.policy import TimedWord
+from whisper_demo.live.words import TimedWord
 from whisper_demo.live.utterances import FinalDue, Utterances, trimmed_start
 
 FRAME_S = 0.032

@@ -1,13 +1,14 @@
-"""The browser microphone's route, server side (ui/mic_stream.py): each chunk's samples are
+"""The browser microphone's recordings, server side (ui/microphone/mic_stream.py): each chunk's samples are
 fed once, in recording order, whatever was sent again or never came; a chunk that cannot
-be audio is refused with a reason for the page; audio comes only with a live ticket."""
+be audio is refused with a reason for the page; audio comes only with a live ticket. What
+the route itself refuses, and when, is test_mic_route.py."""
 
 import numpy as np
 import pytest
 
 from whisper_demo.audio import AudioError, read_pcm_chunk
 from whisper_demo.limits import Limits
-from whisper_demo.ui.mic_stream import MicStream, MicStreams
+from whisper_demo.ui.microphone.mic_stream import MicStream, MicStreams
 
 
 def ramp(start, n):
@@ -31,7 +32,7 @@ class Sink:
 
 def test_a_chunk_sent_again_is_taken_once_and_audio_that_never_came_is_silence():
     sink = Sink()
-    stream = MicStream("tab", sink.feed, sink.accepting, max_gap_seconds=1.0)
+    stream = MicStream("tab", sink.feed, sink.accepting, max_chunk_seconds=1.0)
     stream.take(0, 1000, ramp(1, 100), arrived=1.0)
     stream.take(50, 1000, ramp(51, 100), arrived=2.0)  # a retry that overlaps: its first 50 were fed
     stream.take(100, 1000, ramp(101, 50), arrived=3.0)  # wholly sent before: nothing new
@@ -47,13 +48,18 @@ def test_a_chunk_sent_again_is_taken_once_and_audio_that_never_came_is_silence()
 
 def test_a_stream_refuses_a_gap_longer_than_a_chunk_and_a_change_of_rate():
     sink = Sink()
-    stream = MicStream("tab", sink.feed, sink.accepting, max_gap_seconds=1.0)
+    stream = MicStream("tab", sink.feed, sink.accepting, max_chunk_seconds=1.0)
     stream.take(0, 1000, ramp(0, 10), arrived=0.0)
     with pytest.raises(AudioError, match="never reached the server"):
         stream.take(2000, 1000, ramp(0, 10), arrived=0.0)
+    # the silence for a gap counts against the chunk's limit: 0.6 s missing + 0.6 s sent > 1 s
+    with pytest.raises(AudioError, match="0.6 s of the live audio never reached the server.*--max-chunk-seconds"):
+        stream.take(610, 1000, ramp(0, 600), arrived=5.0)
+    stream.take(610, 1000, ramp(0, 400), arrived=5.0)  # 0.6 + 0.4: within it
+    assert (stream.received, stream.missing) == (1010, 600)
     with pytest.raises(AudioError, match="changed its sample rate from 1000 to 2000"):
         stream.take(10, 2000, ramp(0, 10), arrived=0.0)
-    assert stream.received == 10 and stream.note() == ""
+    assert stream.received == 1010
 
 
 def test_pcm_chunks_are_checked_before_they_are_read():
@@ -73,7 +79,7 @@ def test_pcm_chunks_are_checked_before_they_are_read():
 
 
 def test_audio_comes_only_with_a_live_ticket_and_refusals_reach_the_page():
-    streams = MicStreams(Limits(max_chunk_bytes=10_000, max_chunk_seconds=2))
+    streams = MicStreams(Limits(max_chunk_bytes=10_000, max_chunk_seconds=2), clock=lambda: 0.0)
     sink = Sink()
     stream = streams.open("tab", sink.feed, sink.accepting)
     status, reply = streams.receive(stream.ticket, 0, 1000, ramp(0, 100).tobytes(), False, 1.0)
@@ -83,7 +89,7 @@ def test_audio_comes_only_with_a_live_ticket_and_refusals_reach_the_page():
     assert status == 400 and "not a sample number" in reply["error"]
     status, reply = streams.receive(stream.ticket, 100, 1000, bytes(2 * 3000), False, 1.0)  # 3 s > 2 s
     assert status == 400 and "3.0 s long" in reply["error"]
-    assert streams.too_large(stream.ticket, 20_000)[0] == 413
+    assert streams.too_large(stream, 20_000)[0] == 413
     assert [m.split(";")[0] for m in streams.refusals("tab")] == [
         "the live audio chunk's position 'x' is not a sample number",
         "The live audio chunk is 3.0 s long", "the live audio chunk is 0.0 MB"]
@@ -93,6 +99,7 @@ def test_audio_comes_only_with_a_live_ticket_and_refusals_reach_the_page():
     sink.why_not = "closed: only silence for too long"
     status, reply = streams.receive(stream.ticket, 100, 1000, bytes(20), False, 3.0)
     assert status == 410 and "only silence" in reply["error"]
+    assert streams.of("tab") is None  # and its ticket is forgotten at once
     # Record again: a new ticket; the old one is refused, and the tab's open stream is the new one
     again = streams.open("tab", sink.feed, lambda: None)
     assert streams.receive(stream.ticket, 100, 1000, bytes(20), False, 3.0)[0] == 410

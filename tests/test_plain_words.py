@@ -10,8 +10,8 @@ import torch
 from whisper.model import ModelDimensions
 
 from whisper_demo.events import TokenEvent
-from whisper_demo.ui import live_view, panel
-from whisper_demo.ui.plain_tokens import plain_token
+from whisper_demo.ui.render import live_view, panel
+from whisper_demo.ui.render.plain_tokens import plain_token
 
 JARGON = ("n_text_ctx", "d_model", "torch.cat", "prefilled", "hypothesis", "put back", "SOT", "EOT", "PREV")
 

@@ -6,7 +6,7 @@ and real speech; the token helpers of live/decoder.py without a model."""
 import pytest
 from whisper.tokenizer import get_tokenizer
 
-from whisper_demo.live.decoder import Prefix, model_decoder, prefix_token_ids, split_after
+from whisper_demo.live.decoders import Prefix, model_decoder, prefix_token_ids, split_after
 from whisper_demo.events import DecodeOptions
 from decoding import decode_all, drain
 

@@ -20,7 +20,7 @@ SHORT = clip_path("short_3s.wav")
 
 @pytest.fixture
 def gated_page(tiny_model, monkeypatch):
-    import whisper_demo.ui.transcribe_tab as tab
+    import whisper_demo.ui.transcribe.handlers as tab
 
     state = {"running": 0, "peak": 0, "started": 0}
     lock = threading.Lock()

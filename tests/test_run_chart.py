@@ -5,8 +5,8 @@ where each later window starts; before any run, one line saying what will be dra
 import html
 import re
 
-from whisper_demo.ui import run_chart
-from whisper_demo.ui.latency_chart import MODE_COLORS
+from whisper_demo.ui.render import run_chart
+from whisper_demo.ui.render.latency_chart import MODE_COLORS
 
 
 def test_each_run_is_drawn_in_its_colour_with_its_median_step():

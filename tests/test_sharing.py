@@ -50,7 +50,8 @@ class PageServer:
         self.url = launch(self.app, port=free_port(), block=False)
 
     def handler_object(self, elem_id: str, trigger: str):
-        """The object whose method handles an event (the Live tab, the Transcribe tab)."""
+        """The object whose method handles an event (the Live tab's browser microphone, the
+        Transcribe tab)."""
         page = PageClient(self.url)
         try:
             index = page.dependency(elem_id, trigger)["id"]
@@ -176,7 +177,7 @@ def test_this_computers_microphone_is_offered_only_where_it_can_record(monkeypat
     """Start and Stop are disabled, with the reason beside them, where pressing Start could
     only be refused: on a shared server, without PortAudio or without an input device."""
     from whisper_demo.live import mic_device
-    from whisper_demo.ui.live_desktop_mic import READY_TEXT, SERVER_MIC_OFF
+    from whisper_demo.ui.live.desktop_mic import READY_TEXT, SERVER_MIC_OFF
 
     monkeypatch.setattr(mic_device, "availability", lambda: device_problem)
     app = build_app(ModelStore(device="cpu"), Defaults(model="tiny.en", policy=policy))
@@ -248,7 +249,7 @@ SPEECH = load_audio(JFK)[: 3 * SAMPLE_RATE]
 
 def test_live_sessions_past_the_limit_are_refused_with_a_clear_message(serve):
     server = serve(limits=Limits(max_live_sessions=2))
-    tab = server.handler_object("live-record", "click")
+    tab = server.handler_object("live-record", "click").live
     pages = [PageClient(server.url) for _ in range(3)]
     try:
         started = [record(page, SPEECH[: SAMPLE_RATE // 2]) for page in pages]
@@ -301,7 +302,7 @@ def test_the_registry_counts_running_sessions_and_closes_quiet_ones():
 
 def test_a_session_that_sends_only_silence_is_closed_and_frees_its_place(serve):
     server = serve(limits=Limits(max_live_sessions=1, live_quiet_seconds=1.0))
-    tab = server.handler_object("live-record", "click")
+    tab = server.handler_object("live-record", "click").live
     page, other = PageClient(server.url), PageClient(server.url)
     try:
         assert record(page, np.zeros(3 * SAMPLE_RATE, np.float32)).error is None
@@ -311,9 +312,12 @@ def test_a_session_that_sends_only_silence_is_closed_and_frees_its_place(serve):
         assert tab.sessions.running() == 0
         session = tab.sessions.get(page.session_hash)
         assert session is not None and "silence" in session.ended_note()  # kept, to say why
-        # its page's recorder is told the recording ended, and why
+        # its ticket was forgotten as it closed: its page's recorder is told the recording
+        # ended, and the page's timer says why
         late = page.post_audio(np.zeros(1600, "<i2"), page.sent)
-        assert late.status_code == 410 and "silence" in late.json()["error"]
+        assert late.status_code == 410 and "press Record" in late.json()["error"]
+        assert tab.mic_streams.of(page.session_hash) is None
+        assert any("silence" in w for w in page.call(None, "tick").warnings)
         assert record(other, np.zeros(SAMPLE_RATE // 2, np.float32)).error is None
     finally:
         page.close()
@@ -326,7 +330,7 @@ def test_a_session_that_sends_only_silence_is_closed_and_frees_its_place(serve):
 
 
 def test_a_large_chunk_is_refused_unread_and_no_chunk_is_fed_on_the_event_loop(serve, monkeypatch):
-    from whisper_demo.ui import mic_stream
+    from whisper_demo.ui.microphone import mic_stream
 
     on_loop = []
     real_read = mic_stream.read_pcm_chunk
@@ -360,7 +364,7 @@ def test_a_large_chunk_is_refused_unread_and_no_chunk_is_fed_on_the_event_loop(s
         warnings = " ".join(warnings)
         assert "0.6 MB" in warnings and "--max-chunk-size" in warnings
         assert "10.0 s long" in warnings and "--max-chunk-seconds" in warnings
-        tab = server.handler_object("live-record", "click")
+        tab = server.handler_object("live-record", "click").live
         session = tab.sessions.get(page.session_hash)
         deadline = time.monotonic() + 20
         while session.worker.session.audio_seconds < 0.95 and time.monotonic() < deadline:
@@ -394,10 +398,11 @@ def test_a_recording_leaves_no_upload_files_and_gradios_cache_is_swept(serve):
         assert record(page, SPEECH[:SAMPLE_RATE]).error is None
         assert page.stop().error is None
         after = set(uploads.rglob("*")) if uploads.exists() else set()
-        # the microphone's audio is a request body, never a file: the one new file is the
-        # final text offered for download after Stop
+        # the microphone's audio is a request body, never a file: the new files are the
+        # final text and its subtitles, offered for download after Stop
         new_files = [p for p in after - before if p.is_file()]
-        assert [p.name.startswith("live-transcript-") for p in new_files] == [True], new_files
+        assert new_files and all(p.name.startswith("live-transcript-") for p in new_files), new_files
+        assert {p.suffix for p in new_files} <= {".txt", ".srt", ".vtt"} and ".txt" in {p.suffix for p in new_files}
     finally:
         page.close()
 
@@ -427,7 +432,7 @@ def test_a_tabs_attention_downloads_are_removed_when_the_tab_closes(serve):
 def test_a_decode_over_the_budget_is_refused_before_it_takes_a_slot(serve, tmp_path, monkeypatch):
     from gradio_client import Client, handle_file
 
-    import whisper_demo.ui.transcribe_tab as tab
+    import whisper_demo.ui.transcribe.handlers as tab
 
     started = []
     real = tab.stream_transcribe
@@ -457,7 +462,7 @@ def test_a_decode_over_the_budget_is_refused_before_it_takes_a_slot(serve, tmp_p
 def test_a_failed_live_session_keeps_its_text_says_why_and_the_next_record_starts_clean(
         tiny_model, monkeypatch):
     from whisper_demo.live import LiveUpdate
-    from whisper_demo.ui import live_tab, live_tab_session
+    from whisper_demo.ui.live import sessions as live_sessions, tab as live_tab, tab_session as live_tab_session
 
     class FailingSession:
         """Commits two words, then its decoder fails."""
@@ -491,7 +496,7 @@ def test_a_failed_live_session_keeps_its_text_says_why_and_the_next_record_start
 
     monkeypatch.setattr(live_tab_session, "LiveSession", FailingSession)  # what a TabSession runs
     warnings = []
-    monkeypatch.setattr(live_tab.gr, "Warning", lambda message, *a, **k: warnings.append(message))
+    monkeypatch.setattr(live_sessions.gr, "Warning", lambda message, *a, **k: warnings.append(message))
     store = ModelStore(device="cpu")
     store.put("tiny.en", tiny_model)
     tab = live_tab.LiveTab(store, Defaults(model="tiny.en"))
@@ -499,26 +504,28 @@ def test_a_failed_live_session_keeps_its_text_says_why_and_the_next_record_start
     class Request:
         session_hash = "tab1"
 
-    tab.start("", True, "static", request=Request())
-    session = tab.session(Request())
+    tab.browser.start("", True, "static", request=Request())
+    session = tab.live.session(Request())
+    stream = tab.mic_streams.of(Request.session_hash)
     session.worker.feed(16000, np.zeros(1600, np.int16))
     # a bound for a hang: the worker's first start compiles word timing's DTW (seconds on a busy machine)
     assert session.worker.done.wait(60) and session.worker.view().error is not None
-    transcript, _, panel_html, _, record_button, stop_button = tab.tick(Request())
+    transcript, _, panel_html, _, record_button, stop_button, _ = tab.live.tick(Request())
     assert "hello world" in transcript and "the decoder broke" in panel_html
     assert any("the decoder broke" in w for w in warnings)
     assert record_button.interactive and not stop_button.interactive  # Record is offered again
-    # more audio comes from its page: refused, saying why; the failed session and its text stay
-    stream = tab.mic_streams.of(Request.session_hash)
+    # its ticket is forgotten as the session ended: more audio from its page is refused (the
+    # page was told why by the warning); the failed session and its text stay
+    assert tab.mic_streams.of(Request.session_hash) is None
     status, reply = tab.mic_streams.receive(stream.ticket, 1600, 16000, bytes(3200), False, time.monotonic())
-    assert status == 410 and "the decoder broke" in reply["error"]
-    assert tab.session(Request()) is session
+    assert status == 410 and "press Record" in reply["error"]
+    assert tab.live.session(Request()) is session
     session.rendered_version, session.sent_html = -1, [None] * 4  # a page that redraws it all
-    transcript, *_ = tab.tick(Request())
+    transcript, *_ = tab.live.tick(Request())
     assert "hello world" in transcript
     assert len([w for w in warnings if "the decoder broke" in w]) == 1  # said once
-    timer, ticket, *_, transcript, _, _, _, _ = tab.start("", True, "static", request=Request())  # Record again
-    assert tab.session(Request()) is not session and "hello world" not in transcript
+    timer, ticket, *_, transcript, _, _, _, _ = tab.browser.start("", True, "static", request=Request())  # Record again
+    assert tab.live.session(Request()) is not session and "hello world" not in transcript
     assert ticket != ""
 
 

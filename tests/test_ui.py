@@ -16,9 +16,10 @@ import pytest
 from whisper_demo.cache import hook_count, self_cache_bytes
 from whisper_demo.decode import stream_transcribe
 from whisper_demo.events import DecodeOptions, TokenEvent
-from whisper_demo.ui import Defaults, ModelStore, build_app, panel
-from whisper_demo.ui.formats import fmt_bytes, fmt_ms
-from whisper_demo.ui.throttle import Throttle
+from whisper_demo.ui import Defaults, ModelStore, build_app
+from whisper_demo.ui.render import panel
+from whisper_demo.ui.render.formats import fmt_bytes, fmt_ms
+from whisper_demo.ui.transcribe.throttle import Throttle
 
 from whisper_demo.examples import EXAMPLES_DIR as DATA
 JFK = str(DATA / "jfk.wav")
@@ -37,9 +38,12 @@ def app(store):
 
 
 def handler(app, api_name):
+    """The page's own event behind a button (the API's /transcribe and /compare are separate
+    endpoints with named outputs)."""
+    name = {"transcribe": "transcribe_page", "compare": "compare_page"}.get(api_name, api_name)
     for block_fn in app.fns.values():
-        if block_fn.api_name == api_name:
-            return block_fn.fn
+        if block_fn.api_name == name:
+            return getattr(block_fn.fn, "__wrapped__", block_fn.fn)
     raise AssertionError(f"no event with api_name={api_name!r}")
 
 
@@ -274,3 +278,154 @@ def test_model_switch_handler(app):
     shown = [str(w.message) for w in caught if "no-such-model" in str(w.message)]
     assert dropdown["value"] == "tiny.en" and in_use == "tiny.en"
     assert len(shown) == 1 and "available offline: tiny.en" in shown[0], shown
+
+
+# --- Files end to end: the subtitles, the API's handlers, a newcomer's rough edges --------
+
+
+class _Session:
+    """What Gradio passes as gr.Request, as far as the handlers read it."""
+
+    def __init__(self, session_hash):
+        self.session_hash = session_hash
+
+
+def test_a_file_that_is_not_audio_is_named_once_in_a_short_message(tmp_path):
+    from whisper_demo.audio import AudioError, load_audio
+    from whisper_demo.ui.transcribe.handlers import audio_problem
+
+    text = tmp_path / "notes.wav"
+    text.write_text("this is not audio\n" * 50)
+    png = tmp_path / "picture.wav"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(2000))
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes((DATA / "jfk.wav").read_bytes()[:20])
+    empty = tmp_path / "empty.wav"
+    empty.write_bytes(b"")
+    expected = {text: "That file is not audio: notes.wav (it looks like plain text)",
+                png: "That file is not audio: picture.wav (it looks like a PNG image)",
+                cut: "damaged or cut short: cut.wav", empty: "'empty.wav' is empty (0 bytes)"}
+    for path, words in expected.items():
+        with pytest.raises(AudioError) as err:
+            load_audio(str(path))
+        message = audio_problem(err.value)
+        assert words in message, message
+        assert str(tmp_path) not in message and "libsndfile" not in message and "ffmpeg" not in message
+
+
+def test_a_refusal_before_the_run_is_one_warning_and_no_output_changes(monkeypatch):
+    from whisper_demo.ui.transcribe import handlers
+
+    warned = []
+    monkeypatch.setattr(handlers.gr, "Warning", lambda message, **kw: warned.append((message, kw)))
+
+    def refused(audio, request=None):
+        raise gr.Error("That file is not audio: notes.wav", title="Can't use this audio")
+        yield
+
+    updates = list(handlers.page_event(refused, 3)("notes.wav"))
+    assert warned == [("That file is not audio: notes.wav", {"title": "Can't use this audio"})]
+    assert len(updates) == 1 and len(updates[0]) == 3
+    assert all(u == {"__type__": "update"} for u in updates[0])  # gr.skip(): unchanged
+
+    def fails_midway(audio):
+        yield ("partial",)
+        raise gr.Error("Decoding failed: boom")
+
+    run = handlers.page_event(fails_midway, 1)("x.wav")
+    assert next(run) == ("partial",)
+    with pytest.raises(gr.Error):  # a failure during the run is raised as it was
+        next(run)
+
+
+def _fake_tiny():
+    from types import SimpleNamespace
+
+    import torch
+    from whisper.model import ModelDimensions
+
+    dims = ModelDimensions(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)
+    return SimpleNamespace(dims=dims, decoder=SimpleNamespace(token_embedding=SimpleNamespace(weight=torch.zeros(1))))
+
+
+def test_the_cross_formula_counts_the_frames_a_live_pass_encodes():
+    """The Live tab's streamed pass encodes its audio + 8 s (encode_audio_only), kept in 16
+    bits: 6.0 s of buffer -> 14 s -> 700 positions of 20 ms."""
+    model = _fake_tiny()
+    event = TokenEvent(step=3, window=0, token_id=1, text=" x", transcript=" x", latency_ms=9.0,
+                       cache_tokens=8, cache_capacity=448, self_cache_bytes=8 * 2 * 4 * 384 * 4,
+                       self_cache_reserved_bytes=448 * 2 * 4 * 384 * 4,
+                       cross_cache_bytes=2 * 4 * 700 * 384 * 2, rss_bytes=1 << 30, cache_mode="static",
+                       beam_size=1, window_start=0.0, window_end=6.0, audio_seconds=6.0,
+                       encoder_dtype="bfloat16")
+    html = panel.panel_html(event, model, encoder_ms=40.0)
+    cross = html[html.index("Cross-attention K/V"):]
+    assert "4.1 MiB" in cross and "700 frames (audio + 8 s)" in cross and "× 2 B" in cross
+    assert "≠ formula" not in html and html.count("✓ formula") == 2
+    # a whole 30 s window (the Transcribe tab) keeps its 1500 positions
+    full = TokenEvent(**{**event.__dict__, "cross_cache_bytes": 2 * 4 * 1500 * 384 * 4, "window_end": 30.0})
+    assert "1500 frames × 384 d × 4 B = 17.6 MiB" in panel.panel_html(full, model)
+
+
+def test_the_first_screen_has_no_server_log_line(monkeypatch):
+    from whisper_demo import kernels
+
+    idle = panel.panel_html(None, _fake_tiny())
+    assert "Decoder steps" not in idle and "compiled kernels" not in idle
+    monkeypatch.setattr(kernels, "_lib", None)
+    monkeypatch.setattr(kernels, "_error", "RuntimeError: no C++ compiler (g++) found")
+    idle = panel.panel_html(None, _fake_tiny())
+    assert "plain PyTorch" in idle and "no C++ compiler (g++) found" in idle and "same words" in idle
+
+
+def test_compare_ends_on_the_run_the_cache_box_shows(app):
+    tab = app.transcribe_tab
+    for ticked, badge in ((True, "KV cache: static"), (False, "no KV cache")):
+        final = list(tab.compare(JFK, ticked, "static", 1, "auto", True, "tiny.en"))[-1]
+        assert re.search(r'wk-badge"[^>]*>([^<]*)<', final[1]).group(1) == badge
+        assert "compare done" in final[1] and "identical tokens" in final[3]
+
+
+def test_a_run_writes_its_transcript_files_in_the_sessions_folder(app):
+    from whisper_demo.ui.session_files import attention_folder, remove_session_files
+
+    session = _Session("subtitles0test")
+    try:
+        final = list(app.transcribe_tab.transcribe(JFK, True, "static", 1, "auto", True, "tiny.en",
+                                                   words=True, request=session))[-1]
+        files = final[7]
+        assert files["visible"] is True
+        paths = sorted(files["value"])
+        assert [p.rsplit("/", 1)[1] for p in paths] == ["jfk.json", "jfk.srt", "jfk.txt", "jfk.vtt"]
+        assert all(p.startswith(str(attention_folder(session.session_hash))) for p in paths)
+        srt = open(next(p for p in paths if p.endswith(".srt")), encoding="utf-8").read()
+        assert "<u>" in srt and "country" in srt  # word timestamps: a cue per word
+    finally:
+        remove_session_files(session)
+    assert not attention_folder(session.session_hash).exists()
+
+
+def test_the_api_handler_returns_plain_named_values(app):
+    text, segments, language, numbers = app.transcribe_tab.transcribe_api(
+        JFK, True, "static", 1, "auto", True, "tiny.en", 0, True)
+    assert "ask not" in text.lower() and language == "en"
+    assert segments[0]["words"][0]["word"].strip() == "And"
+    assert numbers["decoder_steps"] == len(numbers["step_ms"])
+
+
+def test_the_live_tabs_final_words_as_subtitles():
+    from whisper_demo.live.words import TimedWord
+    from whisper_demo.ui.session_files import attention_folder, live_subtitle_files, remove_session_files
+
+    session = _Session("livesubs0test")
+    words = [TimedWord("And", 0.3, 0.5), TimedWord("so.", 0.6, 0.9), TimedWord("Ask", 2.5, 2.8),
+             TimedWord("not.", 2.9, 3.2)]
+    try:
+        paths = live_subtitle_files(session.session_hash, words)
+        assert [p.suffix for p in paths] == [".srt", ".vtt"]
+        srt = paths[0].read_text(encoding="utf-8")
+        assert "00:00:00,300 --> 00:00:00,900\nAnd so." in srt and "00:00:02,500 --> 00:00:03,200\nAsk not." in srt
+    finally:
+        remove_session_files(session)
+    assert live_subtitle_files(None, words) == [] and live_subtitle_files("x1", []) == []
+    assert not attention_folder(session.session_hash).exists()

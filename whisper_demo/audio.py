@@ -42,7 +42,9 @@ SAMPLE_RATE = 16000
 """The only rate Whisper's feature extractor accepts."""
 
 DEFAULT_MAX_SECONDS = 600
-"""Default length limit; the app exposes it as ``--max-audio-seconds``."""
+"""The app's default length limit (``--max-audio-seconds``), which it passes to
+:func:`load_audio` itself. The library has no limit of its own: a script that loads a
+long recording gets all of it unless it asks for a limit."""
 
 # Below 1 kHz nothing intelligible survives; above 768 kHz no real device
 # records. Outside this range the number is almost surely a bug (e.g. the
@@ -86,10 +88,12 @@ class AudioError(ValueError):
 # --------------------------------------------------------------------------
 
 
-def load_audio(source: AudioSource, max_seconds: float | None = DEFAULT_MAX_SECONDS) -> np.ndarray:
+def load_audio(source: AudioSource, max_seconds: float | None = None) -> np.ndarray:
     """Return ``source`` as contiguous float32 mono audio at 16 kHz in [-1, 1].
 
-    ``max_seconds=None`` disables the length limit. Raises :class:`AudioError`.
+    Any length by default; with ``max_seconds`` longer audio is refused (a file before it
+    is decoded) with a message naming the limit. The app passes its ``--max-audio-seconds``
+    (:data:`DEFAULT_MAX_SECONDS` unless set). Raises :class:`AudioError`.
     """
     if source is None:
         raise AudioError("no audio was given; record or upload a clip first")
@@ -160,7 +164,7 @@ def too_large_chunk_message(size: int, max_bytes: int) -> str:
 
 
 def read_pcm_chunk(body: bytes, sample_rate, max_bytes: int, max_seconds: float) -> tuple[int, np.ndarray]:
-    """One microphone chunk as the page sends it (ui/browser_mic.js): 16-bit little-endian
+    """One microphone chunk as the page sends it (ui/microphone/browser_mic.js): 16-bit little-endian
     mono PCM at `sample_rate`. Returns (rate, int16 samples). Refused (AudioError) when it
     is over `max_bytes` or `max_seconds`, when the rate is not an audio rate, or when the
     body is not whole samples. An empty body is an empty chunk (the page's last one)."""

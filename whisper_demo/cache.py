@@ -145,6 +145,12 @@ class StaticCache(CacheStrategy):
         like = dict(dtype=r.dtype, device=audio_features.device)
         self.self_kv = [(torch.empty(shape, **like), torch.empty(shape, **like)) for _ in r.blocks]
         self.cross_kv = r.cross_keys_values(audio_features[:1])
+        # the sizes a step reports, measured on the buffers once per window (they are fixed
+        # but for the positions filled, which each add the same bytes)
+        tensors = [t for kv in self.self_kv for t in kv]
+        self._position_bytes = sum(t[:, :, :1].nbytes for t in tensors)
+        self._reserved_bytes = sum(t.untyped_storage().nbytes() for t in tensors)
+        self._cross_bytes = sum(k.nbytes + v.nbytes for k, v in self.cross_kv)
 
     def logits(self, tokens: Tensor, audio_features: Tensor) -> Tensor:
         return self.logits_at(tokens, audio_features, range(self.length, tokens.shape[1]))
@@ -213,23 +219,19 @@ class StaticCache(CacheStrategy):
         return self.length
 
     def self_cache_bytes(self) -> int:
-        """Measured on the buffers: the bytes of the positions filled so far (a view of
-        each K and V up to `length`), not the README's formula (docs/kv-cache.md), which the tests and the
-        panel compare this with."""
+        """Measured on the buffers: the bytes of the positions filled so far (the bytes of
+        one position of each K and V, measured at allocation, times `length`), not the
+        README's formula (docs/kv-cache.md), which the tests and the panel compare this with."""
         if self.self_kv is None:
             return 0
-        return sum(t[:, :, : self.length].nbytes for kv in self.self_kv for t in kv)
+        return self._position_bytes * self.length
 
     def self_cache_reserved_bytes(self) -> int:
         """The memory behind the buffers (their storages, which a view could hide)."""
-        if self.self_kv is None:
-            return 0
-        return sum(t.untyped_storage().nbytes() for kv in self.self_kv for t in kv)
+        return 0 if self.self_kv is None else self._reserved_bytes
 
     def cross_cache_bytes(self) -> int:
-        if self.cross_kv is None:
-            return 0
-        return sum(k.nbytes + v.nbytes for k, v in self.cross_kv)
+        return 0 if self.cross_kv is None else self._cross_bytes
 
 
 class NoCache(CacheStrategy):

@@ -2,9 +2,11 @@
 answering everyone else. The operator sets each one by flag (app.py).
 
 Why these defaults, on 2 cores with tiny.en:
-- live sessions: a live session re-decodes ~1.25 times a second of speech, ~0.35 s each,
-  so one session keeps about half of the two cores busy while its speaker talks; three
-  at once already make every decode slower, a fourth waits for a place.
+- live sessions: one. `python -m whisper_demo.bench live_load` (docs/serving.md) posts real
+  recordings in real time through the page's route: one session holds speech -> commit at
+  1.0 / 1.6 s (median / p95); two at once keep the median (1.2 s) but a word in twenty
+  waits 11 s for its final text, past the 3 s target. A second visitor is told the server
+  is busy rather than given a live tab that falls behind; a bigger machine raises it.
 - quiet minutes: a session holds a decode thread, a voice detector and up to a Whisper
   window of audio; a tab left recording a silent room must give them back.
 - chunk size and length: the browser sends 0.1 s chunks (~10 KB of 48 kHz WAV); a chunk
@@ -22,8 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-DEFAULT_MAX_LIVE_SESSIONS = 3
+DEFAULT_MAX_LIVE_SESSIONS = 1  # the live_load benchmark's largest k on 2 cores (above)
 DEFAULT_LIVE_QUIET_MINUTES = 3.0
+# A live session holds a decode thread and one of --max-live-sessions places; an hour is
+# longer than any talk this demo is for, and frees the place of a tab left recording a
+# room that is never quiet (the quiet limit would never close it)
+DEFAULT_MAX_LIVE_MINUTES = 60.0
 DEFAULT_MAX_CHUNK_BYTES = 1 << 20
 DEFAULT_MAX_CHUNK_SECONDS = 5.0
 DEFAULT_DECODE_BUDGET = 1200.0

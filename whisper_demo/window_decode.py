@@ -1,12 +1,19 @@
 """One 30 s window, decoded token by token: openai-whisper's DecodingTask._main_loop as a
 generator.
 
-openai-whisper does the modelling: its tokenizer, SOT sequence, logit filters, greedy and
-beam-search TokenDecoders and sequence ranker come from a `whisper.decoding.DecodingTask`.
-What this module adds is the loop itself, turned into a generator that times every step,
-the choice of KV cache (cache.py), and the previous hypothesis as a draft
-(speculative.py). decode.py runs it over the windows of long audio: the split of
-openai-whisper's decoding.py (one window) and transcribe.py (the windows).
+openai-whisper does the modelling: its tokenizer, SOT sequence, beam-search TokenDecoder
+and sequence ranker come from a `whisper.decoding.DecodingTask`, and so do its logit
+filters, which logit_filters.py applies as tensor operations over all beams with the same
+outputs (ArgmaxGreedy, below, is its greedy decoder with the same picks). What this module
+adds is the loop itself, turned into a generator that times every step, the choice of KV
+cache (cache.py), and the previous hypothesis as a draft (speculative.py). decode.py runs
+it over the windows of long audio: the split of openai-whisper's decoding.py (one window)
+and transcribe.py (the windows).
+
+The loop reads as openai-whisper's: decode_window makes a WindowDecode (the task, the
+cache, the filters, the draft: everything a window can set up once), whose steps() runs
+_step per token (the forward or a draft pass's row, the filters, the pick), _record for
+what a Step reports, _finish to rank the candidates, and _release on every way out.
 """
 
 import time
@@ -23,6 +30,7 @@ from whisper.tokenizer import Tokenizer
 
 from .cache import make_cache
 from .events import DecodeOptions
+from .logit_filters import WindowFilters
 from .speculative import DraftVerifier, usable_draft
 
 
@@ -94,13 +102,30 @@ class SeededSampler(GreedyDecoder):
         probs = Categorical(logits=logits / self.temperature).probs
         next_tokens = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True,
                                         generator=self.generator).T.reshape(probs.shape[:-1])
-        # the rest is GreedyDecoder.update's, unchanged
-        logprobs = F.log_softmax(logits.float(), dim=-1)
-        current_logprobs = logprobs[torch.arange(logprobs.shape[0]), next_tokens]
-        sum_logprobs += current_logprobs * (tokens[:, -1] != self.eot)
-        next_tokens[tokens[:, -1] == self.eot] = self.eot
-        tokens = torch.cat([tokens, next_tokens[:, None]], dim=-1)
-        return tokens, (tokens[:, -1] == self.eot).all()
+        return _append_picks(tokens, logits, next_tokens, sum_logprobs, self.eot)
+
+
+class ArgmaxGreedy(GreedyDecoder):
+    """openai-whisper's GreedyDecoder at temperature 0, its pick found by numpy's argmax on a
+    CPU: the same index (the first of equal maxima, as torch's), ~3 us for a row of 51,864
+    logits where torch's argmax takes ~65 us on a step's one thread."""
+
+    def update(self, tokens, logits, sum_logprobs):
+        if logits.device.type != "cpu":
+            return super().update(tokens, logits, sum_logprobs)
+        next_tokens = torch.from_numpy(logits.numpy().argmax(axis=-1))
+        return _append_picks(tokens, logits, next_tokens, sum_logprobs, self.eot)
+
+
+def _append_picks(tokens, logits, next_tokens, sum_logprobs, eot: int):
+    """GreedyDecoder.update after its pick, unchanged: each beam's log-probability of its
+    pick added, a finished beam kept at the end of text, the picks appended."""
+    logprobs = F.log_softmax(logits.float(), dim=-1)
+    current_logprobs = logprobs[torch.arange(logprobs.shape[0]), next_tokens]
+    sum_logprobs += current_logprobs * (tokens[:, -1] != eot)
+    next_tokens[tokens[:, -1] == eot] = eot
+    tokens = torch.cat([tokens, next_tokens[:, None]], dim=-1)
+    return tokens, (tokens[:, -1] == eot).all()
 
 
 def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOptions, language: str,
@@ -127,98 +152,180 @@ def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOp
     generator: what a window sampled at a temperature above 0 draws from (SeededSampler);
     None: torch's global generator, as openai-whisper.
     """
-    outcome = WindowOutcome(temperature=temperature)
-    beam = options.beam_size > 1 and temperature == 0
-    n_ctx = model.dims.n_text_ctx
-    # openai-whisper's transcribe keeps the last n_ctx/2 - 1 tokens of history
-    prompt = previous_tokens[-(n_ctx // 2 - 1):]
-    task = DecodingTask(model, DecodingOptions(
-        task=options.task, language=language, temperature=temperature,
-        beam_size=options.beam_size if beam else None,
-        sample_len=options.max_tokens_per_window,
-        without_timestamps=not options.timestamps,
-        prompt=prompt or None,
-        fp16=audio_features.dtype == torch.float16,
-    ))
-    n_group = task.n_group
-    if temperature > 0 and generator is not None:
-        task.decoder = SeededSampler(temperature, tokenizer.eot, generator)
-    prefix = usable_draft(prefix, tokenizer, model.dims.n_vocab) if prefix else []
-    prefix = prefix[: max(0, n_ctx // 2 - len(task.initial_tokens))]  # room left to decode
-    prefilled = len(task.initial_tokens) + len(prefix)
-    outcome.prefix_given = len(prefix)
-    cache = make_cache(options.cache, model, prefilled, n_group, options.precision)
-    task.inference = cache
-    task.decoder.inference = cache  # the beam search decoder reorders the cache through it
-    task.decoder.reset()
+    window = WindowDecode(model, audio_features, tokenizer, options, language, temperature,
+                          previous_tokens, draft, prefix, generator)
+    return (yield from window.steps())
 
-    tokens = torch.tensor([list(task.initial_tokens) + prefix], device=audio_features.device)
-    tokens = tokens.repeat_interleave(n_group, dim=0)
-    sum_logprobs = torch.zeros(n_group, device=audio_features.device)
-    sample_begin = task.sample_begin
-    verifier = None
-    cache.capture_attention = options.attention
-    if (options.cache == "static" and options.beam_size == 1 and temperature == 0 and draft
-            and not options.attention):  # a draft pass covers several steps: no per-step weights
-        # beams and sampling pick differently; other caches cannot drop rejected positions
-        verifier = DraftVerifier(usable_draft(draft, tokenizer, model.dims.n_vocab), cache,
-                                 audio_features, task.sot_index, tokenizer)
-    try:
-        for i in range(task.sample_len):
-            started = time.perf_counter()
-            with torch.inference_mode(), cache.step_context():
-                # draft tokens a pass may check: steps left, and positions left in the cache
-                room = min(task.sample_len - i, n_ctx - tokens.shape[1])
-                from_verifier = verifier.logits(tokens, room) if verifier else None
-                if from_verifier:
-                    last_logits, sot_logits = from_verifier
-                else:
-                    last_logits, sot_logits = cache.step_logits(tokens, audio_features, task.sot_index)
-                if i == 0 and tokenizer.no_speech is not None:
-                    outcome.no_speech_prob = sot_logits[0].softmax(-1)[tokenizer.no_speech].item()
-                    if (options.no_speech_before_decoding and options.no_speech_threshold is not None
-                            and outcome.no_speech_prob > options.no_speech_threshold):
-                        # Decided before anything is shown: a silent window adds no text.
-                        outcome.silent = True
-                        return outcome
-                for logit_filter in task.logit_filters:
-                    logit_filter.apply(last_logits, tokens)
-                read = tokens  # the hypotheses this step's forward ran
-                tokens, completed = task.decoder.update(tokens, last_logits, sum_logprobs)
-                from_draft = bool(from_verifier) and verifier.check(tokens)
-            latency_ms = (time.perf_counter() - started) * 1000
-            attention = raw_attention(cache, read, n_group, beam) if options.attention else None
 
-            outcome.peak_self_cache_bytes = max(outcome.peak_self_cache_bytes, cache.self_cache_bytes())
-            outcome.peak_cross_cache_bytes = max(outcome.peak_cross_cache_bytes, cache.cross_cache_bytes())
-            best = tokens[0, sample_begin:].tolist()
-            yield Step(token_id=best[-1], is_timestamp=best[-1] >= tokenizer.timestamp_begin,
-                       latency_ms=latency_ms, window_tokens=until_eot(best, tokenizer),
-                       cache_tokens=cache.cache_tokens(), self_cache_bytes=cache.self_cache_bytes(),
-                       self_cache_reserved_bytes=cache.self_cache_reserved_bytes(),
-                       cross_cache_bytes=cache.cross_cache_bytes(), from_draft=from_draft,
-                       prompt_tokens=len(prompt), prefill_tokens=prefilled,
-                       attention=attention)
-            if completed or tokens.shape[-1] > n_ctx:
-                break
+class WindowDecode:
+    """One decoding attempt of one window, in the steps of openai-whisper's DecodingTask
+    (`task`: its initial tokens, token decoder and sequence ranker), with our KV cache, our
+    logit filters (logit_filters.WindowFilters: openai-whisper's, as tensor operations made
+    once per window) and the draft. `steps()` runs it."""
 
+    def __init__(self, model, audio_features, tokenizer: Tokenizer, options: DecodeOptions,
+                 language: str, temperature: float, previous_tokens: List[int], draft, prefix,
+                 generator: Optional[torch.Generator]):
+        self.model, self.audio_features, self.tokenizer = model, audio_features, tokenizer
+        self.options = options
+        self.outcome = WindowOutcome(temperature=temperature)
+        self.beam = options.beam_size > 1 and temperature == 0
+        self.n_ctx = model.dims.n_text_ctx
+        # openai-whisper's transcribe keeps the last n_ctx/2 - 1 tokens of history
+        self.prompt = previous_tokens[-(self.n_ctx // 2 - 1):]
+        self.task = self._decoding_task(language, temperature)
+        self.filters = WindowFilters.of_task(self.task, model.dims.n_vocab, audio_features.device)
+        self._choose_token_decoder(temperature, generator)
+        self.prefix = self._given_prefix(prefix)
+        self.prefilled = len(self.task.initial_tokens) + len(self.prefix)
+        self.cache = self._cache()
+        tokens = torch.tensor([list(self.task.initial_tokens) + self.prefix], device=audio_features.device)
+        self.tokens = tokens.repeat_interleave(self.task.n_group, dim=0)
+        self.sum_logprobs = torch.zeros(self.task.n_group, device=audio_features.device)
+        self.completed = False
+        self.verifier = self._verifier(draft, temperature)
+
+    def _decoding_task(self, language: str, temperature: float) -> DecodingTask:
+        options = self.options
+        return DecodingTask(self.model, DecodingOptions(
+            task=options.task, language=language, temperature=temperature,
+            beam_size=options.beam_size if self.beam else None,
+            sample_len=options.max_tokens_per_window,
+            without_timestamps=not options.timestamps,
+            prompt=self.prompt or None,
+            fp16=self.audio_features.dtype == torch.float16,
+        ))
+
+    def _choose_token_decoder(self, temperature: float, generator) -> None:
+        """openai-whisper's token decoder, or ours where it picks the same tokens cheaper
+        (greedy) or draws from the decode's own generator (sampling, DecodeOptions.seed)."""
+        task = self.task
+        if temperature > 0 and generator is not None:
+            task.decoder = SeededSampler(temperature, self.tokenizer.eot, generator)
+        elif temperature == 0 and not self.beam:
+            task.decoder = ArgmaxGreedy(temperature, self.tokenizer.eot)
+
+    def _given_prefix(self, prefix) -> List[int]:
+        prefix = usable_draft(prefix, self.tokenizer, self.model.dims.n_vocab) if prefix else []
+        prefix = prefix[: max(0, self.n_ctx // 2 - len(self.task.initial_tokens))]  # room left to decode
+        self.outcome.prefix_given = len(prefix)
+        return prefix
+
+    def _cache(self):
+        options, task = self.options, self.task
+        cache = make_cache(options.cache, self.model, self.prefilled, task.n_group, options.precision)
+        task.inference = cache
+        task.decoder.inference = cache  # the beam search decoder reorders the cache through it
+        task.decoder.reset()
+        cache.capture_attention = options.attention
+        return cache
+
+    def _verifier(self, draft, temperature: float) -> Optional[DraftVerifier]:
+        """The draft's checker, where it applies: greedy, the static cache (other caches
+        cannot drop rejected positions), no attention wanted (a draft pass covers several
+        steps: no per-step weights)."""
+        options = self.options
+        if not (options.cache == "static" and options.beam_size == 1 and temperature == 0 and draft
+                and not options.attention):
+            return None
+        return DraftVerifier(usable_draft(draft, self.tokenizer, self.model.dims.n_vocab), self.cache,
+                             self.audio_features, self.task.sot_index, self.tokenizer)
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def steps(self) -> Generator[Step, None, WindowOutcome]:
+        """A Step per decoder step; returns the outcome. The cache is released on every way
+        out, the generator closed early included."""
+        try:
+            for i in range(self.task.sample_len):
+                step = self._step(i)
+                if step is None:  # judged silent at the first step
+                    return self.outcome
+                yield step
+                if self.completed or self.tokens.shape[-1] > self.n_ctx:
+                    break
+            return self._finish()
+        finally:
+            self._release()
+
+    def _step(self, i: int) -> Optional[Step]:
+        """One timed step: the forward (or a draft pass's row), the filters, the pick."""
+        started = time.perf_counter()
+        with torch.inference_mode(), self.cache.step_context():
+            logits, from_verifier = self._logits(i)
+            if logits is None:
+                return None
+            self.filters.apply(logits, self.tokens)
+            read = self.tokens  # the hypotheses this step's forward ran
+            self.tokens, self.completed = self.task.decoder.update(self.tokens, logits, self.sum_logprobs)
+            from_draft = from_verifier and self.verifier.check(self.tokens)
+        latency_ms = (time.perf_counter() - started) * 1000
+        return self._record(read, latency_ms, from_draft)
+
+    def _logits(self, i: int):
+        """(the last position's logits, whether a draft pass gave them); (None, False) when
+        the first step judges the window silent (no_speech_before_decoding)."""
+        task = self.task
+        # draft tokens a pass may check: steps left, and positions left in the cache
+        room = min(task.sample_len - i, self.n_ctx - self.tokens.shape[1])
+        from_verifier = self.verifier.logits(self.tokens, room) if self.verifier else None
+        if from_verifier:
+            last_logits, sot_logits = from_verifier
+        else:
+            last_logits, sot_logits = self.cache.step_logits(self.tokens, self.audio_features, task.sot_index)
+        if i == 0 and self._judged_silent(sot_logits):
+            return None, False
+        return last_logits, bool(from_verifier)
+
+    def _judged_silent(self, sot_logits) -> bool:
+        """The no-speech probability at the first step; True when the window is decided
+        silent before anything is shown (a silent window adds no text)."""
+        options, no_speech = self.options, self.tokenizer.no_speech
+        if no_speech is None:
+            return False
+        self.outcome.no_speech_prob = sot_logits[0].softmax(-1)[no_speech].item()
+        self.outcome.silent = (options.no_speech_before_decoding and options.no_speech_threshold is not None
+                               and self.outcome.no_speech_prob > options.no_speech_threshold)
+        return self.outcome.silent
+
+    def _record(self, read, latency_ms: float, from_draft: bool) -> Step:
+        """The Step of the step just run, and the outcome's peak cache sizes."""
+        cache, outcome, tokenizer = self.cache, self.outcome, self.tokenizer
+        attention = (raw_attention(cache, read, self.task.n_group, self.beam)
+                     if self.options.attention else None)
+        self_bytes, cross_bytes = cache.self_cache_bytes(), cache.cross_cache_bytes()
+        outcome.peak_self_cache_bytes = max(outcome.peak_self_cache_bytes, self_bytes)
+        outcome.peak_cross_cache_bytes = max(outcome.peak_cross_cache_bytes, cross_bytes)
+        best = self.tokens[0, self.task.sample_begin:].tolist()
+        return Step(token_id=best[-1], is_timestamp=best[-1] >= tokenizer.timestamp_begin,
+                    latency_ms=latency_ms, window_tokens=until_eot(best, tokenizer),
+                    cache_tokens=cache.cache_tokens(), self_cache_bytes=self_bytes,
+                    self_cache_reserved_bytes=cache.self_cache_reserved_bytes(),
+                    cross_cache_bytes=cross_bytes, from_draft=from_draft,
+                    prompt_tokens=len(self.prompt), prefill_tokens=self.prefilled,
+                    attention=attention)
+
+    def _finish(self) -> WindowOutcome:
+        """openai-whisper's end of a window: the decoder's candidates, ranked."""
+        task, n_group, outcome = self.task, self.task.n_group, self.outcome
         with torch.inference_mode():
             final, sum_lp = task.decoder.finalize(
-                tokens.reshape(1, n_group, -1), sum_logprobs.reshape(1, n_group))
-        candidates = [[until_eot(t[sample_begin:].tolist(), tokenizer) for t in final[0]]]
-        chosen = task.sequence_ranker.rank(
-            [[torch.tensor(c) for c in candidates[0]]], sum_lp)[0]
-        outcome.tokens = candidates[0][chosen]
+                self.tokens.reshape(1, n_group, -1), self.sum_logprobs.reshape(1, n_group))
+        candidates = [until_eot(t[task.sample_begin:].tolist(), self.tokenizer) for t in final[0]]
+        chosen = task.sequence_ranker.rank([[torch.tensor(c) for c in candidates]], sum_lp)[0]
+        outcome.tokens = candidates[chosen]
         # the prefix was given, not picked: its tokens have no log-probabilities here
-        outcome.avg_logprob = float(sum_lp[0][chosen]) / (len(outcome.tokens) - len(prefix) + 1)
+        outcome.avg_logprob = float(sum_lp[0][chosen]) / (len(outcome.tokens) - len(self.prefix) + 1)
         return outcome
-    finally:
+
+    def _release(self) -> None:
+        outcome, verifier = self.outcome, self.verifier
         if verifier:  # also for a window returned as silent
             outcome.draft_offered, outcome.draft_accepted = verifier.offered, verifier.accepted
             outcome.draft_passes = verifier.passes
-        if (options.word_timestamps or options.attention) and not outcome.silent:
-            outcome.cross_kv = cache.exact_cross_kv()
-        cache.cleanup_caching()
+        if (self.options.word_timestamps or self.options.attention) and not outcome.silent:
+            outcome.cross_kv = self.cache.exact_cross_kv()
+        self.cache.cleanup_caching()
 
 
 def raw_attention(cache, read, n_group: int, beam: bool) -> RawAttention:

@@ -19,10 +19,12 @@ BENCHMARKS = {
     "decode_speed": "ms per token of every cache strategy, int8, openai-whisper and CTranslate2; targets",
     "encoder_speed": "the encoder in both precisions and CTranslate2's; its share of a live re-decode",
     "accuracy": "word error rate of the fast mode against the exact mode over the eval folder",
+    "e2e": "whole files end to end (a long file, then each recording) against openai-whisper and faster-whisper",
     "step_profile": "where one decoder step's time goes (torch.profiler over real steps)",
     "draft": "what a draft saves a live re-decode of a growing buffer",
     "live_stream": "a long stream of real speech through one live session, fed three ways",
     "live_sessions": "live against offline, one session per recording (or your own files)",
     "live_eval": "live per session over the eval folder, each policy and feed, against the references",
     "live_page": "live through the page: Chromium's fake microphone into the Live tab, one session a recording",
+    "live_load": "k visitors speaking at once through the route: the largest k that keeps live's targets",
 }

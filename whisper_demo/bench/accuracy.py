@@ -18,7 +18,6 @@ bfloat16 encoder where the CPU has it) and "fast-float32-encoder" (the int8 deco
 float32 encoder, the fast mode without its encoder change: isolates what the encoder does).
 """
 
-import argparse
 import contextlib
 import json
 import time
@@ -35,6 +34,7 @@ from ..decode import transcribe
 from ..events import DecodeOptions
 from ..examples import clip_path, reference_transcripts
 from ..text import word_edits, words
+from .cli import bench_parser
 from .data import add_eval_dir_argument, manifest
 
 MODES = ("exact", "fast", "fast-float32-encoder")
@@ -149,8 +149,7 @@ def scopes(by_mode: Dict[str, List[Transcript]]) -> Dict[str, tuple]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench accuracy", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser("accuracy", __doc__)
     parser.add_argument("--model", default="tiny.en")
     add_eval_dir_argument(parser)
     parser.add_argument("--beam-size", type=int, default=1)

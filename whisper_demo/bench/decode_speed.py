@@ -21,14 +21,11 @@ rounds and the live re-decode's split: encoder_speed.py.
 """
 
 import argparse
-import atexit
 import json
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,13 +38,16 @@ import whisper
 from whisper.audio import N_FRAMES, N_SAMPLES
 
 from ..audio import load_audio
+from .cli import bench_parser
 from .report import (
     WER_TARGET_POINTS, Summary, plot, print_ratios, print_table, print_targets, ratios, target_checks,
+    judged, verdict,
 )
 from ..decode import transcribe
 from ..events import DecodeOptions
 from ..examples import clip_path, reference_transcripts
-from ..models import DEFAULT_MODEL, load_model, package_model_paths
+from ..models import DEFAULT_MODEL, load_model
+from .ct2_folder import ctranslate2_model_dir
 from .data import DEFAULT_AUDIO, add_eval_dir_argument
 from .accuracy import Comparison, compare, describe, recordings, scopes, transcribe_in
 from ..text import word_error_rate
@@ -113,24 +113,6 @@ def openai_decode(model, mel, beam_size: int) -> Callable[[], Run]:
         return Run(result.tokens, latencies, (ended - started) * 1000, encoder_ms, 0,
                    psutil.Process().memory_info().rss)
     return run
-
-
-def ctranslate2_model_dir(model_name: str) -> str:
-    """The package's model folder; for a model split in parts (base), a temporary folder
-    with the parts joined, since CTranslate2 reads one model.bin."""
-    paths = package_model_paths(model_name)
-    if len(paths) == 1:
-        return str(paths[0].parent)
-    folder = Path(tempfile.mkdtemp(prefix="whisper-kv-ct2-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    with open(folder / "model.bin", "wb") as joined:
-        for part in paths:
-            with open(part, "rb") as piece:
-                shutil.copyfileobj(piece, joined)
-    for extra in paths[0].parent.iterdir():  # config.json, vocabulary, tokenizer
-        if not extra.name.startswith("model.bin"):
-            shutil.copy(extra, folder / extra.name)
-    return str(folder)
 
 
 def ctranslate2_contenders(model_name: str, mel, beam_size: int, threads: int, audio_features=None,
@@ -283,9 +265,8 @@ def make_contenders(names, args, audio, mel, model=None) -> Dict[str, Callable[[
     return {n: contenders[n] for n in names if n in contenders}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench decode_speed", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(argv=None):
+    parser = bench_parser("decode_speed", __doc__)
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--audio", default=str(DEFAULT_AUDIO), help="speech clip (first 30 s are used)")
     parser.add_argument("--beam-size", type=int, default=1)
@@ -304,25 +285,25 @@ def main(argv=None) -> int:
                         help="also static and off with DecodeOptions.attention (the attention view's cost)")
     parser.add_argument("--rss-of", help=argparse.SUPPRESS)  # internal: one contender, print peak RSS
     args = parser.parse_args(argv)
+    if args.eval_dir and args.device != "cpu":
+        parser.error("--eval-dir compares with the int8 mode, which runs on the CPU only")
+    if args.quick:
+        args.repeats = 1
+    return parser, args
 
-    torch.set_num_threads(args.threads)
+
+def first_window(args):
+    """(audio, log-mel) of the clip's first 30 s window (its first 3 s with --quick)."""
     audio = load_audio(args.audio, max_seconds=None)[:N_SAMPLES]
     if args.quick:
         audio = audio[: 16000 * 3]
-        args.repeats = 1
     n_mels = 128 if args.model.startswith("large-v3") else 80
     mel = whisper.log_mel_spectrogram(torch.from_numpy(audio), n_mels, padding=N_SAMPLES)
-    mel = whisper.pad_or_trim(mel[:, : mel.shape[-1] - N_FRAMES], N_FRAMES)
-    if args.eval_dir and args.device != "cpu":
-        parser.error("--eval-dir compares with the int8 mode, which runs on the CPU only")
-    if args.rss_of:
-        run = make_contenders([args.rss_of], args, audio, mel)[args.rss_of]
-        with torch.inference_mode():
-            run()
-        print(_peak_rss_bytes())
-        return 0
+    return audio, whisper.pad_or_trim(mel[:, : mel.shape[-1] - N_FRAMES], N_FRAMES)
 
-    model = load_model(args.model, device=args.device, progress=True)
+
+def contender_names(args, parser) -> List[str]:
+    """The contenders asked for, static first (the reference every "same" compares with)."""
     names = [n.strip() for n in args.contenders.split(",") if n.strip()]
     unknown = set(names) - set(CONTENDERS)
     if unknown:
@@ -330,19 +311,23 @@ def main(argv=None) -> int:
     if args.no_peers:
         names = [n for n in names if n in ("static", "hooks", "off", "static int8")]
     if "static" not in names:
-        names.insert(0, "static")  # the reference every "same" compares with
+        names.insert(0, "static")
     if args.attention:  # the "Inside the cache" view: explicit attention, weights kept per step
         names += [f"{mode} +attention" for mode in ("static", "off")]
-    contenders = make_contenders(names, args, audio, mel, model)
+    return names
 
+
+def print_rss_alone(args, audio, mel) -> int:
+    """--rss-of: this fresh process loads one contender, decodes once and prints its peak RSS."""
+    run = make_contenders([args.rss_of], args, audio, mel)[args.rss_of]
     with torch.inference_mode():
-        runs = measure(contenders, args.repeats)
-    reference = runs["static"][0].tokens
-    summaries = [summarise(name, r, reference) for name, r in runs.items()]
-    if not args.no_rss and not args.quick:
-        for s in summaries:
-            s.peak_rss_bytes = rss_alone(s.name, args) or 0
+        run()
+    print(_peak_rss_bytes())
+    return 0
 
+
+def speed_report(summaries: List[Summary], args) -> tuple:
+    """Print the table, the ratios and the speed targets: (machine, ratios, target checks)."""
     machine = f"{psutil.cpu_count()} CPUs, torch {torch.__version__}, {args.threads} threads"
     print(f"\n{args.model}, {Path(args.audio).name}, beam {args.beam_size}, "
           f"{args.repeats} repeats, {machine}, {time.strftime('%Y-%m-%d')}")
@@ -361,24 +346,49 @@ def main(argv=None) -> int:
     print_ratios(found)
     checks = target_checks(summaries, args.beam_size)
     print_targets(checks)
+    return machine, found, checks
+
+
+def eval_wer_report(model, eval_dir: Path, beam_size: int) -> Dict[str, dict]:
+    """--eval-dir: fast against exact WER by set of recordings, and the WER target."""
+    found = eval_dev_wer(model, eval_dir, beam_size)
+    print(f"WER, fast against exact (beam {beam_size}, temperature fallback):")
+    for scope, comparison in found.items():
+        print(f"  {scope}: {describe(comparison)}")
+    eval_wer = {scope: asdict(c) for scope, c in found.items()}
+    for scope in ("eval-dev (all)", "examples"):
+        if scope in found:
+            c = found[scope]
+            met = judged(c.difference_points if c.reference_words else None, WER_TARGET_POINTS)
+            eval_wer[scope]["met"] = bool(met)
+            print(f"target: fast WER - exact WER, {scope} = {c.difference_points:+.2f} points, 95% interval "
+                  f"[{c.interval_points[0]:+.2f}, {c.interval_points[1]:+.2f}] (target <= {WER_TARGET_POINTS}) "
+                  f"{verdict(met)}")
+    return eval_wer
+
+
+def main(argv=None) -> int:
+    parser, args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    audio, mel = first_window(args)
+    if args.rss_of:
+        return print_rss_alone(args, audio, mel)
+
+    model = load_model(args.model, device=args.device, progress=True)
+    contenders = make_contenders(contender_names(args, parser), args, audio, mel, model)
+    with torch.inference_mode():
+        runs = measure(contenders, args.repeats)
+    reference = runs["static"][0].tokens
+    summaries = [summarise(name, r, reference) for name, r in runs.items()]
+    if not args.no_rss and not args.quick:
+        for s in summaries:
+            s.peak_rss_bytes = rss_alone(s.name, args) or 0
+    machine, found, checks = speed_report(summaries, args)
 
     accuracy = {} if args.quick else word_error_rates(model, args.beam_size)
     for clip, by_precision in accuracy.items():
         print(f"WER {clip:<18}" + "  ".join(f"{p} {w:.1%}" for p, w in by_precision.items()))
-    eval_wer = None
-    if args.eval_dir:
-        found = eval_dev_wer(model, Path(args.eval_dir), args.beam_size)
-        print(f"WER, fast against exact (beam {args.beam_size}, temperature fallback):")
-        for scope, comparison in found.items():
-            print(f"  {scope}: {describe(comparison)}")
-        eval_wer = {scope: asdict(c) for scope, c in found.items()}
-        for scope in ("eval-dev (all)", "examples"):
-            if scope in found:
-                c = found[scope]
-                eval_wer[scope]["met"] = c.difference_points <= WER_TARGET_POINTS
-                print(f"target: fast WER - exact WER, {scope} = {c.difference_points:+.2f} points, 95% interval "
-                      f"[{c.interval_points[0]:+.2f}, {c.interval_points[1]:+.2f}] (target <= {WER_TARGET_POINTS}) "
-                      f"{'met' if eval_wer[scope]['met'] else 'NOT met'}")
+    eval_wer = eval_wer_report(model, Path(args.eval_dir), args.beam_size) if args.eval_dir else None
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -24,9 +24,9 @@ import numpy as np
 
 from ..audio import SAMPLE_RATE
 from ..events import TokenEvent
-from ..live.decoder import model_decoder
 from ..live.config import LiveConfig
-from ..live.final_pass import model_final_decoder
+from ..live.decoders import model_decoder, model_final_decoder
+from ..live.driver import Source, drive
 from ..live.revision import Revision
 from ..live.session import LiveSession, model_session
 from ..live.snapshots import LiveUpdate
@@ -48,11 +48,15 @@ class FeedResult:
     wall_seconds: float
     draft: Dict[str, int] = field(default_factory=dict)
     words: List[Tuple[str, float, float]] = field(default_factory=list)  # final, stream times
-    looped: int = 0  # re-decodes that looped (no vote; see session.py)
+    looped: int = 0  # re-decodes that looped (no vote; see streamed_pass.py)
     with_result: int = 0  # decodes that reported a result, and with it their costs
     revisions: List[Revision] = field(default_factory=list)  # one per final pass
     final_delays_s: List[float] = field(default_factory=list)  # pause heard -> final text, at each pause
     final_passes: int = 0
+    lost_words: int = 0  # streamed words a final pass removed with no final word over their time
+    kept_streamed: int = 0  # streamed words no final word covered, kept as they are
+    rescued: int = 0  # streamed words a final pass wrote around, kept (Transcript.revise)
+    silent: int = 0  # streamed words dropped as heard in silence
 
     @property
     def streamed_text(self) -> str:
@@ -69,35 +73,36 @@ class FeedResult:
         return sum(r.revised for r in self.revisions)
 
 
-def _record(update: LiveUpdate, result: FeedResult) -> None:
-    result.committed = update.committed
-    result.looped = update.stats.loops
-    if update.revision is not None:
-        result.revisions.append(update.revision)
-    if update.decoded and update.result is not None:
-        result.with_result += 1
-        result.encoder_ms += update.result.encoder_ms
-        result.decode_ms += update.result.decode_seconds * 1000
-        confirmed = update.result.draft_accepted
-        result.draft["confirmed"] = result.draft.get("confirmed", 0) + confirmed
-        result.draft["decoded"] = result.draft.get("decoded", 0) + update.result.n_tokens - confirmed
-        result.draft["passes"] = result.draft.get("passes", 0) + update.result.draft_passes
-        result.draft["given"] = result.draft.get("given", 0) + update.result.prefix_given
+class _Recorder:
+    """The driver's publish: what each LiveUpdate adds to the feed's result."""
+
+    def __init__(self, result: FeedResult):
+        self.result = result
+
+    def __call__(self, item) -> None:
+        if not isinstance(item, LiveUpdate):
+            return
+        result, decode = self.result, item.result
+        result.committed = item.committed
+        result.looped = item.stats.loops
+        if item.revision is not None:
+            result.revisions.append(item.revision)
+        if item.decoded and decode is not None:
+            result.with_result += 1
+            result.encoder_ms += decode.encoder_ms
+            result.decode_ms += decode.decode_seconds * 1000
+            confirmed = decode.draft_accepted
+            for key, n in (("confirmed", confirmed), ("decoded", decode.n_tokens - confirmed),
+                           ("passes", decode.draft_passes), ("given", decode.prefix_given)):
+                result.draft[key] = result.draft.get(key, 0) + n
 
 
-def _drain(items, result: FeedResult) -> bool:
-    """Record the LiveUpdates of an updates()/finish() call; whether one ran a decode."""
-    decoded = False
-    for item in items:
-        if isinstance(item, LiveUpdate):
-            _record(item, result)
-            decoded = decoded or item.decoded
-    return decoded
-
-
-def _finish(session: LiveSession, result: FeedResult, started: float, clock_zero: float = 0.0) -> FeedResult:
-    """What the session committed, with each word's commit time in the feed's clock."""
-    _drain(session.finish(), result)
+def _run(name: str, session: LiveSession, source: Source, clock_zero: float = 0.0) -> FeedResult:
+    """Drive the session from the source to its end (driver.drive); what it committed, with
+    each word's commit time in the feed's clock."""
+    result = FeedResult(name, "", [], [], [], 0, 0.0, 0.0, 0.0)
+    started = time.perf_counter()
+    drive(session, source, _Recorder(result))
     stats = session.stats()
     words = session.committed_words()
     result.committed = session.final_text
@@ -108,6 +113,10 @@ def _finish(session: LiveSession, result: FeedResult, started: float, clock_zero
     result.final_delays_s = list(session.meter.final_delay_s)
     result.decodes = stats.decodes
     result.final_passes = stats.final_passes
+    result.lost_words = getattr(stats, 'lost_words', 0)
+    result.kept_streamed = getattr(stats, 'kept_streamed', 0)
+    result.rescued = getattr(stats, 'rescued_words', 0)
+    result.silent = getattr(stats, 'silent_words', 0)
     result.wall_seconds = time.perf_counter() - started
     return result
 
@@ -117,19 +126,42 @@ def live_decoder(model, options, config: LiveConfig):
     return model_decoder(model, options, alignatt=config.reads_attention)
 
 
+class _Chunks(Source):
+    """The stream in chunks of `chunk_s`, each arriving at its end's stream time."""
+
+    def __init__(self, audio: np.ndarray, chunk_s: float):
+        self.audio = audio
+        self.step = int(chunk_s * SAMPLE_RATE)
+        self.starts = range(0, audio.size, self.step)
+        self.arrivals = [min(audio.size, start + self.step) / SAMPLE_RATE for start in self.starts]
+        self.next = 0  # the next chunk to add
+
+    def add_next(self, session: LiveSession) -> None:
+        session.add_samples(self.audio[self.starts[self.next]:self.starts[self.next] + self.step])
+        self.next += 1
+
+    def ended(self, session: LiveSession) -> bool:
+        return self.next == len(self.starts) and not session.ready()
+
+
+class _Fast(_Chunks):
+    """Each pull adds the next chunk, the clock set to its arrival."""
+
+    def __init__(self, audio: np.ndarray, chunk_s: float, clock: "SimulatedClock"):
+        super().__init__(audio, chunk_s)
+        self.clock = clock
+
+    def pull(self, session: LiveSession) -> None:
+        if self.next < len(self.starts):
+            self.clock.now = self.arrivals[self.next]
+            self.add_next(session)
+
+
 def feed_fast(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig) -> FeedResult:
     """Every chunk added, then the updates drained: the session's clock is the stream
     position, so a commit's time less a word's end is the policy's own delay."""
     clock = SimulatedClock()
-    session = model_session(model, options, config, clock=clock)
-    result = FeedResult("fast", "", [], [], [], 0, 0.0, 0.0, 0.0)
-    step = int(chunk_s * SAMPLE_RATE)
-    started = time.perf_counter()
-    for start in range(0, audio.size, step):
-        clock.now = min(audio.size, start + step) / SAMPLE_RATE
-        session.add_samples(audio[start:start + step])
-        _drain(session.updates(), result)
-    return _finish(session, result, started)
+    return _run("fast", model_session(model, options, config, clock=clock), _Fast(audio, chunk_s, clock))
 
 
 class SimulatedClock:
@@ -179,46 +211,59 @@ def paced_decoder(decoder, clock: SimulatedClock, costs: DecodeCosts):
     return decode
 
 
+class _Paced(_Chunks):
+    """Chunks arrive on the simulated clock, which the decodes move on: a pull adds those
+    that came meanwhile; with nothing decoded, the clock moves to the next arrival."""
+
+    def __init__(self, audio: np.ndarray, chunk_s: float, clock: SimulatedClock):
+        super().__init__(audio, chunk_s)
+        self.clock = clock
+
+    def pull(self, session: LiveSession) -> None:
+        while self.next < len(self.starts) and self.arrivals[self.next] <= self.clock.now + 1e-9:
+            now, self.clock.now = self.clock.now, self.arrivals[self.next]
+            self.add_next(session)
+            self.clock.now = max(now, self.clock.now)
+
+    def wait(self) -> None:
+        if self.next < len(self.starts):
+            self.clock.now = max(self.clock.now, self.arrivals[self.next])
+
+
 def feed_paced(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig,
                costs: DecodeCosts) -> FeedResult:
     clock = SimulatedClock()
+    final_decoder = model_final_decoder(model, options, config.final_precision)
     session = LiveSession(paced_decoder(live_decoder(model, options, config), clock, costs), config, clock=clock,
-                          final_decoder=paced_decoder(model_final_decoder(model, options, config.final_precision), clock, costs))
-    result = FeedResult("paced", "", [], [], [], 0, 0.0, 0.0, 0.0)
-    step = int(chunk_s * SAMPLE_RATE)
-    starts = range(0, audio.size, step)
-    arrivals = [min(audio.size, start + step) / SAMPLE_RATE for start in starts]
-    started = time.perf_counter()
-    i = 0
-    while i < len(starts):
-        while i < len(starts) and arrivals[i] <= clock.now + 1e-9:  # what came meanwhile
-            now, clock.now = clock.now, arrivals[i]
-            session.add_samples(audio[starts[i]:starts[i] + step])
-            clock.now, i = max(now, arrivals[i]), i + 1
-        decoded = session.ready() and _drain(session.updates(), result)  # as the worker polls
-        if not decoded and i < len(starts):
-            clock.now = max(clock.now, arrivals[i])  # wait for the next chunk
-    return _finish(session, result, started)
+                          final_decoder=paced_decoder(final_decoder, clock, costs))
+    return _run("paced", session, _Paced(audio, chunk_s, clock))
+
+
+class _Microphone(_Chunks):
+    """A thread adds a chunk every chunk-length of wall time, as a microphone does."""
+
+    def __init__(self, audio: np.ndarray, chunk_s: float, session: LiveSession):
+        super().__init__(audio, chunk_s)
+        self.fed = threading.Event()
+        self.t0 = time.monotonic()
+        threading.Thread(target=self._play, args=(session, chunk_s), daemon=True).start()
+
+    def _play(self, session: LiveSession, chunk_s: float) -> None:
+        for i in range(len(self.starts)):
+            delay = self.t0 + (i + 1) * chunk_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            self.add_next(session)
+        self.fed.set()
+
+    def ended(self, session: LiveSession) -> bool:
+        return self.fed.is_set()
+
+    def wait(self) -> None:
+        time.sleep(0.01)
 
 
 def feed_realtime(model, options, audio: np.ndarray, chunk_s: float, config: LiveConfig) -> FeedResult:
     session = model_session(model, options, config)
-    result = FeedResult("realtime", "", [], [], [], 0, 0.0, 0.0, 0.0)
-    step = int(chunk_s * SAMPLE_RATE)
-    fed = threading.Event()
-    t0 = time.monotonic()
-
-    def microphone():
-        for i, start in enumerate(range(0, audio.size, step)):
-            delay = t0 + (i + 1) * chunk_s - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            session.add_samples(audio[start:start + step])
-        fed.set()
-
-    started = time.perf_counter()
-    threading.Thread(target=microphone, daemon=True).start()
-    while not fed.is_set():
-        if not (session.ready() and _drain(session.updates(), result)):
-            time.sleep(0.01)
-    return _finish(session, result, started, clock_zero=t0)
+    microphone = _Microphone(audio, chunk_s, session)
+    return _run("realtime", session, microphone, clock_zero=microphone.t0)

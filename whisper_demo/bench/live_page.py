@@ -14,9 +14,11 @@ Printed per session and over all of them:
   shows them (the server times it; the page shows no raw values, so "all" is the median of
   the sessions' medians and the largest p95);
 - speech -> commit (median / p95), as the page shows it: from each word's end in the
-  played audio to the moment the page drew it committed. Word ends are those of the
-  offline decode of the same audio (word timestamps); a committed word counts when it
-  matches an offline word (the others have no end to time from). The file plays from
+  played audio to the moment the page began to show that word committed at its place for
+  good (a word the final pass corrected counts from the correction, not from the streamed
+  word it replaced: shown_since). Word ends are those of the offline decode of the same
+  audio (word timestamps); a committed word counts when it matches an offline word (the
+  others have no end to time from). The file plays from
   the moment the page gets the microphone, which the page notes, and the page notes each
   change of the committed text: both on the page's clock. Words committed after Stop (the
   final decode) are left out, as the session's own stats leave them out; the session's
@@ -31,16 +33,16 @@ steady, so for each recording the worst run is reported against the targets (its
 text within 2 WER points of the offline decode, speech -> commit median <= 1.5 s and p95
 <= 3.0 s), with whether every run ended with the same final text.
 
-The targets are marked met or NOT met. Without --audio the recordings are a spread of the
-eval folder's dev_ordinary subset (by speaker, then evenly through the manifest: not
-chosen by score) and the package's examples jfk.wav and speech_25s.wav; --audio takes your
+The targets are marked met, NOT met, or not measured (no word timed, no reference word:
+it fails the target). Without --audio the recordings are a spread of the eval folder's
+dev_ordinary subset (by speaker, then evenly through the manifest: not chosen by score)
+and the package's examples jfk.wav and speech_25s.wav; --audio takes your
 files, with a reference read from NAME.txt beside each, or from the eval folder's manifest
 for its own recordings (without one, the offline decode stands in for it).
 """
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import os
 import re
@@ -56,8 +58,10 @@ from ..audio import SAMPLE_RATE, load_audio
 from ..examples import clip_path, reference_transcripts
 from ..live.snapshots import percentile
 from ..text import word_edits, words as normalized_words
+from .cli import bench_parser
 from .data import add_eval_dir_argument, manifest
 from .page_mic import PageSession
+from .report import judged, verdict
 
 LEAD_SECONDS, TAIL_SECONDS = 0.5, 1.0  # a microphone's silence around the speech (as live_eval)
 EXAMPLES = ("jfk.wav", "speech_25s.wav")
@@ -160,14 +164,30 @@ def plain(word: str) -> str:
     return re.sub(r"[^\w']", "", word.lower())
 
 
+def shown_since(versions: Sequence[Tuple[float, str]], final: str) -> List[Optional[float]]:
+    """For each word of the final committed text: when the page began to show it for good,
+    i.e. the first version from which the word at its position was that word in every
+    later version (case and punctuation aside). A word the final pass corrected is timed by
+    the correction, not by the streamed word it replaced. None: the last version did not
+    show it there."""
+    wanted = [plain(w) for w in final.split()]
+    since: List[Optional[float]] = [None] * len(wanted)
+    held = set(range(len(wanted)))  # positions every version from here to the last shows right
+    for at, text in reversed(versions):
+        shown = [plain(w) for w in text.split()]
+        held = {i for i in held if i < len(shown) and shown[i] == wanted[i]}
+        for i in held:
+            since[i] = at
+    return since
+
+
 def commit_delays(page: PageSession, word_ends: List[Tuple[str, float]]) -> Tuple[List[float], List[bool], int]:
     """(speech -> commit per timed word, whether the page showed it only after Stop, words
-    with no offline word to time them from). Each committed word is timed by the first
-    committed text the page showed that held it."""
-    shown_at: List[float] = []
-    for at, text in page.versions:
-        shown_at += [at] * max(0, len(text.split()) - len(shown_at))
-    committed = [plain(w) for w in page.final.split()][:len(shown_at)]
+    with no offline word to time them from). Each committed word is timed by the moment
+    the page began to show it for good (shown_since)."""
+    shown = [(plain(w), at) for w, at in zip(page.final.split(), shown_since(page.versions, page.final))
+             if at is not None]
+    committed, shown_at = [w for w, _ in shown], [at for _, at in shown]
     matcher = difflib.SequenceMatcher(None, committed, [plain(w) for w, _ in word_ends], autojunk=False)
     pairs = [(block.a + i, block.b + i) for block in matcher.get_matching_blocks() for i in range(block.size)]
     opened = page.mic_opened_s or 0.0
@@ -195,8 +215,20 @@ def fmt(value: Optional[float], unit: str = "s") -> str:
     return f"{value * 1000:.0f}" if unit == "ms" else f"{value:.2f}"
 
 
-def mark(ok: bool) -> str:
-    return "met" if ok else "NOT met"
+def judged_s(value: Optional[float], target: float, target_unit: str = " s") -> str:
+    """Seconds against their target: "1.00 s (target <= 1.5 s: met)"; an empty measure
+    (None) is "— (target <= 1.5 s: not measured)", which fails the target."""
+    figure = "—" if value is None else f"{value:.2f} s"
+    return f"{figure} (target <= {target}{target_unit}: {verdict(judged(value, target))})"
+
+
+def worst(values: Sequence[Optional[float]]) -> Optional[float]:
+    """The largest, or None when any run measured nothing: the worst run is then unknown."""
+    return None if any(v is None for v in values) else max(values)
+
+
+def joined(values: Sequence[Optional[float]], spec: str) -> str:
+    return ", ".join("—" if v is None else format(v, spec) for v in values)
 
 
 def report(results: List[SessionResult], policy: str) -> str:
@@ -240,9 +272,7 @@ def report(results: List[SessionResult], policy: str) -> str:
         f"chunk end -> first token (server): the sessions' medians' median {fmt(percentile(medians, 50), 'ms')} ms, "
         f"their largest p95 {fmt(max(p95s) if p95s else None, 'ms')} ms",
         f"speech -> commit through the page, {len(delays)} words ({len(delays) - len(early)} at Stop): "
-        f"median {fmt(median)} s (target <= {COMMIT_MEDIAN_TARGET_S} s: "
-        f"{mark(median is not None and median <= COMMIT_MEDIAN_TARGET_S)}), p95 {fmt(p95)} s "
-        f"(target <= {COMMIT_P95_TARGET_S} s: {mark(p95 is not None and p95 <= COMMIT_P95_TARGET_S)}); "
+        f"median {judged_s(median, COMMIT_MEDIAN_TARGET_S)}, p95 {judged_s(p95, COMMIT_P95_TARGET_S)}; "
         f"words committed before Stop only: median {fmt(percentile(early, 50))} s, p95 {fmt(percentile(early, 95))} s",
         accuracy_line(results)]
     return "\n".join(lines + worst_runs(results))
@@ -258,19 +288,20 @@ def worst_runs(results: List[SessionResult]) -> List[str]:
         if len(runs) < 2:
             continue
         reference = runs[0].recording.reference or runs[0].offline.text
-        words = max(1, len(normalized_words(reference)))
+        words = len(normalized_words(reference))  # none: no gap measured
         gaps = [100 * (word_edits(r.page.final, reference) - word_edits(r.offline.text, reference)) / words
-                for r in runs]
-        medians = [percentile(r.delays, 50) or 0.0 for r in runs]
-        p95s = [percentile(r.delays, 95) or 0.0 for r in runs]
+                if words else None for r in runs]
+        medians = [percentile(r.delays, 50) for r in runs]  # None: the run timed no word
+        p95s = [percentile(r.delays, 95) for r in runs]
         same = len({r.page.final for r in runs}) == 1
+        gap = worst(gaps)
         out += [f"{name}, {len(runs)} runs: final text {'the same in every run' if same else 'differs between runs'}; "
-                f"gap to offline {', '.join(f'{g:+.1f}' for g in gaps)} points; speech -> commit median "
-                f"{', '.join(f'{m:.2f}' for m in medians)} s, p95 {', '.join(f'{p:.2f}' for p in p95s)} s",
-                f"  worst run: gap {max(gaps):+.1f} points (target <= {WORST_RUN_GAP_TARGET:.0f}: "
-                f"{mark(max(gaps) <= WORST_RUN_GAP_TARGET)}), median {max(medians):.2f} s (target <= "
-                f"{COMMIT_MEDIAN_TARGET_S}: {mark(max(medians) <= COMMIT_MEDIAN_TARGET_S)}), p95 {max(p95s):.2f} s "
-                f"(target <= {COMMIT_P95_TARGET_S}: {mark(max(p95s) <= COMMIT_P95_TARGET_S)})"]
+                f"gap to offline {joined(gaps, '+.1f')} points; speech -> commit median "
+                f"{joined(medians, '.2f')} s, p95 {joined(p95s, '.2f')} s",
+                f"  worst run: gap {'—' if gap is None else f'{gap:+.1f}'} points (target <= "
+                f"{WORST_RUN_GAP_TARGET:.0f}: {verdict(judged(gap, WORST_RUN_GAP_TARGET))}), "
+                f"median {judged_s(worst(medians), COMMIT_MEDIAN_TARGET_S, '')}, "
+                f"p95 {judged_s(worst(p95s), COMMIT_P95_TARGET_S, '')}"]
         out += [f"  run {i + 1}: {r.page.final}" for i, r in enumerate(runs)]
     return out
 
@@ -282,20 +313,26 @@ def accuracy_line(results: List[SessionResult]) -> str:
         words = sum(len(normalized_words(r.recording.reference)) for r in results)
         live = sum(word_edits(r.page.final, r.recording.reference) for r in results)
         offline = sum(word_edits(r.offline.text, r.recording.reference) for r in results)
-        gap = 100 * (live - offline) / max(1, words)
+        if not words:
+            return f"committed errors {live}, offline {offline} of 0 reference words: gap — ({gap_verdict(None)})"
+        gap = 100 * (live - offline) / words
         return (f"committed errors {live}, offline {offline} of {words} reference words: WER "
-                f"{100 * live / max(1, words):.1f} % vs {100 * offline / max(1, words):.1f} %, gap {gap:+.1f} points "
-                f"(target <= {WER_GAP_TARGET:.0f}: {mark(gap <= WER_GAP_TARGET)})")
+                f"{100 * live / words:.1f} % vs {100 * offline / words:.1f} %, gap {gap:+.1f} points "
+                f"({gap_verdict(gap)})")
     words = sum(len(normalized_words(r.offline.text)) for r in results)
     differ = sum(word_edits(r.page.final, r.offline.text) for r in results)
-    gap = 100 * differ / max(1, words)
+    gap = 100 * differ / words if words else None
     return (f"no reference for every session: live differs from offline in {differ} of {words} words, "
-            f"{gap:.1f} points (target <= {WER_GAP_TARGET:.0f}: {mark(gap <= WER_GAP_TARGET)})")
+            f"{'—' if gap is None else f'{gap:.1f}'} points ({gap_verdict(gap)})")
+
+
+def gap_verdict(gap: Optional[float]) -> str:
+    """The WER gap's target; no words to count the gap over is not measured (and fails)."""
+    return f"target <= {WER_GAP_TARGET:.0f}: {verdict(judged(gap, WER_GAP_TARGET))}"
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench live_page", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser("live_page", __doc__)
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--policy", choices=["agreement", "alignatt"],
                         help="the Live tab's 'A word is final when' (default: the page's default)")
@@ -350,15 +387,16 @@ def offline_all(model_name: str, recordings: List[Recording]) -> List[Offline]:
 
 def run_sessions(model_name: str, policy: Optional[str], recordings: List[Recording],
                  offline: List[Offline]) -> List[SessionResult]:
-    from .page_mic import live_browser, record_session, serve_app
+    from .app_process import running_app
+    from .page_mic import live_browser, record_session
 
     results = []
-    with serve_app(model_name) as url, tempfile.TemporaryDirectory(prefix="live_page_") as folder:
+    with running_app(model_name) as app, tempfile.TemporaryDirectory(prefix="live_page_") as folder:
         for recording, off in zip(recordings, offline):
             wav = write_wav(Path(folder) / f"{len(results)}.wav", recording.audio)
             try:
                 with live_browser(wav) as browser:
-                    page = record_session(browser, url, recording.audio.size / SAMPLE_RATE + 0.3, policy)
+                    page = record_session(browser, app.url, recording.audio.size / SAMPLE_RATE + 0.3, policy)
             except RuntimeError as error:  # said, and left out of the figures (which say how many)
                 print(f"{recording.name}: FAILED: {error}", flush=True)
                 continue

@@ -44,6 +44,8 @@ from ..text import word_edits, word_error_rate, words as normalized_words
 from .data import add_eval_dir_argument, manifest
 from .feeds import DecodeCosts, FeedResult, feed_fast, feed_paced, feed_realtime
 from ..live.config import LiveConfig
+from ..live.snapshots import percentile
+from .cli import add_set_argument, bench_parser, live_config
 
 
 
@@ -182,7 +184,9 @@ def by_recording_table(stream: Stream, offline_words, results: List[FeedResult])
 
 
 def pct(values, q) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
+    """The q-th percentile, NaN (printed "nan") for an empty list: a table cell, not a target."""
+    value = percentile(values, q)
+    return float("nan") if value is None else value
 
 
 def report(model_name: str, stream: Stream, offline_text: str, offline_words, results: List[FeedResult],
@@ -282,9 +286,8 @@ def orders_report(model, options: DecodeOptions, config: LiveConfig, eval_dir: O
         f"{(live - best).min():+.1f} to {(live - best).max():+.1f} points"])
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m whisper_demo.bench live_stream", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments() -> argparse.ArgumentParser:
+    parser = bench_parser("live_stream", __doc__)
     parser.add_argument("--model", default=DEFAULT_MODEL)
     add_eval_dir_argument(parser)
     parser.add_argument("--feeds", default="fast,paced,realtime")
@@ -315,15 +318,50 @@ def main(argv=None) -> int:
     parser.add_argument("--save", metavar="PATH",
                         help="write each feed's committed words (text, start, end), when each was "
                              "committed and by which rule, and the offline word ends, as JSON")
-    parser.add_argument("--set", metavar="NAME=VALUE", action="append", default=[],
-                        help="a LiveConfig field for this run (e.g. min_new_seconds=0.4), to measure "
-                             "a setting against the default; repeatable")
+    add_set_argument(parser, help="a LiveConfig field for this run (e.g. min_new_seconds=0.4), to measure "
+                                  "a setting against the default; repeatable")
+    return parser
+
+
+def run_feeds(args, parser: argparse.ArgumentParser, model, options: DecodeOptions, config: LiveConfig,
+              audio: np.ndarray) -> List[FeedResult]:
+    """Each feed of --feeds over the stream, in order (the paced one after the fast one
+    takes its measured costs); with --twice the fast and paced ones run again and say
+    whether their text repeated."""
+
+    def twice(name: str, run) -> FeedResult:
+        first = run()
+        if args.twice:
+            same = "the same text" if first.committed == run().committed else "DIFFERENT texts"
+            print(f"{name} feed, twice: {same}", flush=True)
+        return first
+
+    results: List[FeedResult] = []
+    for feed in args.feeds.split(","):
+        if feed == "fast":
+            results.append(twice("fast", lambda: feed_fast(model, options, audio, args.chunk, config)))
+        elif feed == "paced":
+            if args.paced_costs:
+                encoder_ms, step_ms = (float(v) for v in args.paced_costs.split(","))
+                costs = DecodeCosts(encoder_ms / 1000, step_ms / 1000)
+            elif results and results[0].feed == "fast":
+                costs = DecodeCosts.measured(results[0])
+            else:
+                parser.error("the paced feed needs --paced-costs, or the fast feed before it")
+            print(f"paced feed: an encoder pass costs {costs.encoder_s * 1000:.0f} ms, a decoder step "
+                  f"{costs.step_s * 1000:.0f} ms of stream time", flush=True)
+            results.append(twice("paced", lambda: feed_paced(model, options, audio, args.chunk, config, costs)))
+        elif feed == "realtime":
+            results.append(feed_realtime(model, options, audio, args.chunk, config))
+        else:
+            parser.error(f"unknown feed {feed!r}")
+    return results
+
+
+def main(argv=None) -> int:
+    parser = arguments()
     args = parser.parse_args(argv)
-    try:
-        config = replace(LiveConfig(), **{name: type(getattr(LiveConfig(), name))(value)
-                                          for name, value in (item.split("=", 1) for item in args.set)})
-    except (ValueError, TypeError, AttributeError) as error:
-        parser.error(f"--set: {error}")
+    config = live_config(parser, args.set)
 
     import torch
 
@@ -341,35 +379,7 @@ def main(argv=None) -> int:
         return 0
     stream = build_stream(eval_dir, args.min_seconds, args.seed)
     offline, fallback, offline_words = offline_transcripts(model, stream, offline_options)
-    results = []
-    for feed in args.feeds.split(","):
-        if feed == "fast":
-            first = feed_fast(model, options, stream.audio, args.chunk, config)
-            if args.twice:
-                again = feed_fast(model, options, stream.audio, args.chunk, config)
-                same = "the same text" if first.committed == again.committed else "DIFFERENT texts"
-                print(f"fast feed, twice: {same}", flush=True)
-            results.append(first)
-        elif feed == "paced":
-            if args.paced_costs:
-                encoder_ms, step_ms = (float(v) for v in args.paced_costs.split(","))
-                costs = DecodeCosts(encoder_ms / 1000, step_ms / 1000)
-            elif results and results[0].feed == "fast":
-                costs = DecodeCosts.measured(results[0])
-            else:
-                parser.error("the paced feed needs --paced-costs, or the fast feed before it")
-            print(f"paced feed: an encoder pass costs {costs.encoder_s * 1000:.0f} ms, a decoder step "
-                  f"{costs.step_s * 1000:.0f} ms of stream time", flush=True)
-            first = feed_paced(model, options, stream.audio, args.chunk, config, costs)
-            if args.twice:
-                again = feed_paced(model, options, stream.audio, args.chunk, config, costs)
-                same = "the same text" if first.committed == again.committed else "DIFFERENT texts"
-                print(f"paced feed, twice: {same}", flush=True)
-            results.append(first)
-        elif feed == "realtime":
-            results.append(feed_realtime(model, options, stream.audio, args.chunk, config))
-        else:
-            parser.error(f"unknown feed {feed!r}")
+    results = run_feeds(args, parser, model, options, config, stream.audio)
     encoder = "the buffer's audio only (+ margin)" if args.encode_audio_only else "30 s window"
     print(report(args.model, stream, offline.text, offline_words, results, fallback.text, encoder))
     if args.save:

@@ -15,12 +15,6 @@ timed from its end in the file as the page saw it.
 
 from __future__ import annotations
 
-import os
-import re
-import socket
-import subprocess
-import sys
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,11 +22,10 @@ from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Tuple
 
 CHROMIUM = "/usr/bin/chromium"
-APP = Path(__file__).resolve().parents[2] / "app.py"
 VIEWPORT = {"width": 1400, "height": 1100}
 MIC_OPEN_TIMEOUT_S = 30.0  # from Record to the page holding the microphone (a busy machine takes seconds)
 POLICY_LABELS = {"agreement": "two decodes agree (LocalAgreement)",
-                 "alignatt": "the model has heard it (AlignAtt)"}  # ui/live_tab.POLICY_CHOICES
+                 "alignatt": "the model has heard it (AlignAtt)"}  # ui/live/layout.POLICY_CHOICES
 
 
 def chromium_args(fake_microphone: Optional[Path] = None) -> List[str]:
@@ -46,48 +39,6 @@ def chromium_args(fake_microphone: Optional[Path] = None) -> List[str]:
         args += ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
                  f"--use-file-for-fake-audio-capture={fake_microphone}%noloop"]
     return args
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def serve_app(model: str = "tiny.en", start_timeout: float = 240) -> Iterator[str]:
-    """`python app.py` on 127.0.0.1 at a free port; yields its URL once it serves.
-    Its output is echoed here only if it fails to start (RuntimeError)."""
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, str(APP), "--model", model, "--device", "cpu",
-                             "--port", str(free_port())], cwd=APP.parent, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: List[str] = []
-    url: List[str] = []
-    serving = threading.Event()
-
-    def read_output():  # read to the end: a full pipe would block the app
-        for line in proc.stdout:
-            lines.append(line)
-            found = re.search(r"serving on (http://\S+)", line)
-            if found:
-                url.append(found.group(1))
-                serving.set()
-
-    threading.Thread(target=read_output, daemon=True).start()
-    deadline = time.monotonic() + start_timeout
-    try:
-        while not serving.wait(0.2) and proc.poll() is None and time.monotonic() < deadline:
-            pass
-        if not serving.is_set():
-            raise RuntimeError("app.py did not start:\n" + "".join(lines[-40:]))
-        yield url[0]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 # Runs before the page's own scripts: marks when the microphone stream opened (the fake

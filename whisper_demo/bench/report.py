@@ -23,6 +23,20 @@ TARGETS = (
     ("fast encoder / CT2 int8 encoder", "static int8", "ctranslate2 int8", "encoder_ms", "any", 0.55),
 )
 WER_TARGET_POINTS = 0.3  # the fast mode's WER at most this many points above the exact mode's
+NOT_MEASURED = "not measured"  # a target with nothing to judge it by: it fails, and says so
+
+
+def judged(value: Optional[float], at_most: float, strictly: bool = False) -> Optional[bool]:
+    """Whether `value` meets its target (at most `at_most`, or below it `strictly`); None
+    when nothing was measured: an empty measure meets nothing."""
+    if value is None:
+        return None
+    return value < at_most if strictly else value <= at_most
+
+
+def verdict(met: Optional[bool]) -> str:
+    """A target as printed: met, NOT met, or not measured (None; it fails the target)."""
+    return NOT_MEASURED if met is None else ("met" if met else "NOT met")
 
 
 @dataclass
@@ -82,17 +96,19 @@ def ratios(summaries: List[Summary]) -> Dict[str, float]:
 
 
 def target_checks(summaries: List[Summary], beam_size: int) -> List[dict]:
-    """The issue's targets that this run's beam size and contenders can show."""
+    """The issue's targets that this run's beam size and contenders can show; one whose
+    contenders ran but lack the column's figure (none, or zero) is not measured: ratio None."""
     by = {s.name: s for s in summaries}
     checks = []
     for label, a, b, column, beams, most in TARGETS:
         applies = beams == "any" or (beam_size > 1 if beams == "beam" else beam_size in beams)
-        if not applies or a not in by or b not in by or not getattr(by[b], column):
+        if not applies or a not in by or b not in by:
             continue
-        value = getattr(by[a], column) / getattr(by[b], column)
+        top, bottom = getattr(by[a], column), getattr(by[b], column)
+        value = top / bottom if top and bottom else None
         if beams == "beam":
             label = label.replace("beam", f"beam {beam_size}")
-        checks.append({"target": label, "ratio": value, "at_most": most, "met": value <= most})
+        checks.append({"target": label, "ratio": value, "at_most": most, "met": bool(judged(value, most))})
     return checks
 
 
@@ -105,8 +121,9 @@ def print_ratios(found: Dict[str, float], out=None):
 def print_targets(checks: List[dict], out=None):
     out = out or sys.stdout
     for c in checks:
-        print(f"target: {c['target']} = {c['ratio']:.2f}x (target <= {c['at_most']}) "
-              f"{'met' if c['met'] else 'NOT met'}", file=out)
+        value = "-" if c["ratio"] is None else f"{c['ratio']:.2f}x"
+        met = None if c["ratio"] is None else c["met"]
+        print(f"target: {c['target']} = {value} (target <= {c['at_most']}) {verdict(met)}", file=out)
 
 
 def plot(summaries: List[Summary], path: Path, title: str):

@@ -1,4 +1,4 @@
-"""AlignAtt: commit a word once the model has heard it. A pure policy, like policy.py.
+"""AlignAtt: commit a word once the model has heard it. A pure policy, like agreement.py.
 
 SimulStreaming (UFAL, 2025), the successor of whisper_streaming, replaced LocalAgreement
 with AlignAtt (Papi, Gaido, Negri and Turchi, Interspeech 2023): one decode per update,
@@ -38,7 +38,7 @@ and the final pass.
 
 Pauses, the end of the session and cuts of the buffer are not the policy's: there the
 session's final pass gives the utterance the text of one decode that heard all of it, and
-the committed words are replaced by it (CommittedWords.finalize). What the final pass made
+the committed words are replaced by it (Transcript.revise). What the final pass made
 unnecessary went, each measured by turning it off with the final pass on (docs/live.md):
 words read before the last pause dropped as judged, the attention jumping back, three
 words read at one instant, and a word the model doubts; none changed the final text, and
@@ -47,49 +47,40 @@ none lowered the share of streamed words the final pass revised by more than one
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import ClassVar, List, Optional, Sequence, Tuple
 
-from .policy import START_SLACK_S, CommittedWords, Decision, Hypothesis, TimedWord
+from .transcript import Transcript
+from .words import START_SLACK_S, Decision, Hypothesis, TimedWord
 
 MAX_COPY_WORDS = 5
 
 
 @dataclass
-class AlignAttPolicy(CommittedWords):
+class AlignAttPolicy:
+    """Keeps no memory: each decode is judged on its own, against the committed words."""
+
     frame_seconds: float = 0.4  # a token read this close to the buffer's end stops the commit
     start_seconds: float = 0.0  # rule 4: below this much buffer, more audio after a word
     copy_advance_seconds: float = 0.1  # a repeated phrase must be read this much further on
     # a true repeat and a loop both fail the text test of a loop: rule 3 tells them apart
-    reads_loops = True
+    reads_loops: ClassVar[bool] = True
     # A word committed as soon as it was heard is often the last heard so far: the period
     # Whisper put after it is a guess that the speaker stopped, and given back as the start
     # of the transcript it makes the decoder open a new sentence ("Montreal. All four"
     # for "Montreal forced aligner"): the prefix leaves it out (context.py)
-    reopens_last_word = True
+    reopens_last_word: ClassVar[bool] = True
 
-    def update(self, hyp: Hypothesis) -> Decision:
+    def update(self, transcript: Transcript, hyp: Hypothesis) -> Decision:
         """Take one decode of the growing buffer."""
-        words, peaks = self._new_words(hyp)
+        words, peaks = _new_words(transcript.last, hyp)
         lacking = max(0.0, self.start_seconds - (hyp.buffer_end - hyp.buffer_start))
         edge = hyp.buffer_end - max(self.frame_seconds, lacking)
         stop, why = self._stop(words, peaks, edge)
         reason = "heard before the edge" if stop else ""
         if stop < len(words) and why:
             reason = f"{reason}; stopped at {words[stop].text!r}: {why}".lstrip("; ")
-        return replace(self._commit(words[:stop], words[stop:], reason), edge=edge)
-
-    def _new_words(self, hyp: Hypothesis) -> Tuple[List[TimedWord], List[Tuple[float, ...]]]:
-        peaks = list(hyp.peaks) if len(hyp.peaks) == len(hyp.words) else [()] * len(hyp.words)
-        pairs = list(zip(hyp.words, peaks))
-        if self.committed and not hyp.after_committed:
-            end, last = self.committed_end, self.committed[-1]
-            # the last committed word heard again: the same word starting inside its time
-            # (a real repeat starts after it ends); the slack alone let a "go" aligned 2.86-3.02
-            # in after a committed "go" at 2.86-2.94: seven for six
-            pairs = [(w, p) for w, p in pairs if w.start > end - START_SLACK_S
-                     and not (w.norm == last.norm and w.start < last.end)]
-        return [w for w, _ in pairs], [p for _, p in pairs]
+        return Decision(tuple(words[:stop]), tuple(words[stop:]), reason, edge)
 
     def _stop(self, words: Sequence[TimedWord], peaks: Sequence[Tuple[float, ...]],
               edge: float) -> Tuple[int, str]:
@@ -109,6 +100,19 @@ class AlignAttPolicy(CommittedWords):
                 if peak >= edge:
                     return i, f"read at {peak:.2f} s, past the edge at {edge:.2f} s"
         return len(words), ""
+
+
+def _new_words(last: Optional[TimedWord], hyp: Hypothesis) -> Tuple[List[TimedWord], List[Tuple[float, ...]]]:
+    """The decode's new words (rule 1) after the `last` committed word, with their peaks."""
+    peaks = list(hyp.peaks) if len(hyp.peaks) == len(hyp.words) else [()] * len(hyp.words)
+    pairs = list(zip(hyp.words, peaks))
+    if last is not None and not hyp.after_committed:
+        # the last committed word heard again: the same word starting inside its time
+        # (a real repeat starts after it ends); the slack alone let a "go" aligned 2.86-3.02
+        # in after a committed "go" at 2.86-2.94: seven for six
+        pairs = [(w, p) for w, p in pairs if w.start > last.end - START_SLACK_S
+                 and not (w.norm == last.norm and w.start < last.end)]
+    return [w for w, _ in pairs], [p for _, p in pairs]
 
 
 def _first_copy(words: Sequence[TimedWord], peaks: Sequence[Tuple[float, ...]],

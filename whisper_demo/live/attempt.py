@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, List, Optional, Union
 
 from ..events import DecodeResult, TokenEvent
-from .decoder import looped
+from .loops import looped
 from .hypotheses import TokenPeak, token_peak
 
 
@@ -31,7 +31,7 @@ def decode_attempt(decoding: Iterator[Union[TokenEvent, DecodeResult]], newest_a
     stream seconds): its TokenEvents; returns what came of it (an Attempt). `stop`, asked
     after each token: True ends the decode there (the session no longer needs it). A decode that
     looped ("aaaa...", a phrase over and over) is found when it ends, by openai-whisper's
-    test on its whole text (decoder.looped). Not earlier: the text so far can fail the
+    test on its whole text (loops.looped). Not earlier: the text so far can fail the
     test where the whole text passes (a run of "uh, uh, uh, ..." before the speech goes
     on), and stopping such decodes as loops left a buffer with no vote until its audio was
     dropped (the last 20 s of a 57 s recording lost). A true loop ends at the decoder's

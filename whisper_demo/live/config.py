@@ -4,10 +4,13 @@ and the check that a decoder gives what that policy reads."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Union
 
+from .agreement import AgreementPolicy
 from .alignatt import AlignAttPolicy
-from .decoder import Decoder
-from .policy import AgreementPolicy, CommittedWords
+from .decoders import Decoder
+
+Policy = Union[AlignAttPolicy, AgreementPolicy]  # update(transcript, hypothesis) -> Decision
 
 
 @dataclass(frozen=True)
@@ -15,7 +18,7 @@ class LiveConfig:
     # Which streamed words are committed before their utterance's final pass: "alignatt"
     # (the model's attention has passed them, alignatt.py; its decoder must be asked for
     # attention: model_session, or model_decoder(..., alignatt=True)) or "agreement" (two
-    # decodes agree, policy.py), about twice AlignAtt's delay (docs/live.md)
+    # decodes agree, agreement.py), about twice AlignAtt's delay (docs/live.md)
     policy: str = "alignatt"
     frame_seconds: float = 0.4  # alignatt: a token read this close to the buffer's end waits
     # alignatt: below this much buffer a word needs more audio after it (alignatt.py, rule 4)
@@ -27,8 +30,8 @@ class LiveConfig:
     # what ~18 s of input do (with encoder.MARGIN_SECONDS), not a whole window
     streamed_window_seconds: float = 10.0
     streamed_keep_seconds: float = 4.0
-    right_context_seconds: float = 0.6  # see policy.py, rule 3
-    min_vote_seconds: float = 2.0  # see policy.py, rule 3
+    right_context_seconds: float = 0.6  # see agreement.py, rule 3
+    min_vote_seconds: float = 2.0  # see agreement.py, rule 3
     # silence after speech that ends an utterance: its final pass runs then (final_pass.py)
     pause_seconds: float = 0.5
     # The final pass decodes in openai-whisper's own arithmetic whatever the streamed pass's
@@ -38,6 +41,9 @@ class LiveConfig:
     final_precision: str = "exact"
     min_speech_seconds: float = 0.2  # voiced audio needed before anything is decoded
     lead_in_seconds: float = 0.3  # silence kept before the first voice of a buffer
+    # a final decode's audio opens with lead_in_seconds before its first voice: silence is
+    # put in where the microphone gave less (a recording that starts on its first word)
+    pad_lead_in: bool = True
     # The buffer holds everything since its last cut, pauses included, as an offline window
     # does: each final pass hears the utterances before its own. A buffer this long gets a
     # final pass of these seconds and is cut where it says (final_pass.cut_point), before
@@ -64,7 +70,7 @@ class LiveConfig:
         return self.policy == "alignatt"
 
 
-def make_policy(config: LiveConfig) -> CommittedWords:
+def make_policy(config: LiveConfig) -> Policy:
     """The streamed pass's policy the config names."""
     if config.policy == "alignatt":
         return AlignAttPolicy(frame_seconds=config.frame_seconds, start_seconds=config.start_seconds)

@@ -3,8 +3,8 @@
 Three things come from the session's past decodes: the prompt (the committed text said
 before the buffer, as openai-whisper's transcribe conditions a window on the text before
 it), the prefix (the words committed from the buffer itself, given as the start of the
-transcript: live/decoder.py; the last of them without the punctuation after it when the
-policy asks so: policy.reopens_last_word), and the draft (the previous decode's tokens, when it was
+transcript: live/decoders.py; the last of them without the punctuation after it when the
+policy asks so: its reopens_last_word), and the draft (the previous decode's tokens, when it was
 made for the same buffer start and prompt: speculative.py).
 
 A decoder can loop on what it is given. Given words that end in a repeat ("Montreal. Uh.
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from ..events import DecodeResult
-from .decoder import Prefix
-from .policy import CommittedWords
+from .decoders import Prefix
+from .transcript import Transcript
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,9 @@ class ContextKeeper:
     """The prompt, prefix and draft for each re-decode of a buffer (buffers are named by
     the stream sample they start at)."""
 
-    def __init__(self, policy: CommittedWords, prompt_chars: int, loop_reset_after: int):
-        self.policy = policy
+    def __init__(self, transcript: Transcript, reopens_last_word: bool, prompt_chars: int, loop_reset_after: int):
+        self.transcript = transcript
+        self.reopens_last_word = reopens_last_word  # the policy's (alignatt.py)
         self.prompt_chars = prompt_chars
         self.loop_reset_after = loop_reset_after
         self.loops_in_row = 0  # looped decodes of this buffer in a row
@@ -81,7 +82,7 @@ class ContextKeeper:
     def text_before(self, buffer_start_s: float) -> Optional[str]:
         """The committed text said before the buffer (after a cut or a restart, all of it
         final): the final pass's prompt, whose temperature fallback deals with loops."""
-        text = " ".join(w.text for w in self.policy.committed_before(buffer_start_s))
+        text = " ".join(w.text for w in self.transcript.committed_before(buffer_start_s))
         return text[-self.prompt_chars:].lstrip() or None
 
     def _prefix(self, buffer_start: int, buffer_start_s: float) -> Optional[Prefix]:
@@ -89,11 +90,11 @@ class ContextKeeper:
         (unless a decode of this buffer looped on them)."""
         if self._unprefixed_buffer == buffer_start:
             return None
-        words = self.policy.committed_after(buffer_start_s)
+        words = self.transcript.committed_after(buffer_start_s)
         if not words:
             return None
         texts = [w.text for w in words]
-        if self.policy.reopens_last_word:
+        if self.reopens_last_word:
             texts[-1] = without_closing_punctuation(texts[-1])
         return Prefix(tuple(texts), max(0.0, words[0].start - buffer_start_s))
 

@@ -1,148 +1,346 @@
 """The final pass: one decode that heard a whole utterance gives it its final text.
 
-The streamed pass (alignatt.py or policy.py) commits words within about a second, from a
-buffer that ends where the speaker is still talking: the first words of an utterance are
+The streamed pass (streamed_pass.py) commits words within about a second, from a buffer
+that ends where the speaker is still talking: the first words of an utterance are
 decided from a short buffer, a word before a pause with little audio after it. At each end
 of an utterance (the voice detector's pause, a cut of a long buffer, Stop) the session
 decodes the buffer's whole audio since its last cut once more, as openai-whisper's
-transcribe decodes a window: timestamp tokens, the temperature fallback (seeded: the same
-audio gives the same words), the text before the buffer as the prompt, and the words
-already final in the buffer given as the transcript's start, with the tokens the previous
-final pass wrote for them (their timestamps included). What it writes after them becomes
-final; production recognizers give interim and final results the same way.
+transcribe decodes a window (decoders.FINAL_PASS): timestamp tokens, the temperature
+fallback (seeded: the same audio gives the same words), the text before the buffer as the
+prompt, and the words already final in the buffer given as the transcript's start, with
+the tokens the previous final pass wrote for them (their timestamps included). What it
+writes after them becomes final (Transcript.revise); production recognizers give interim
+and final results the same way.
 
-This module is the decoder of that pass, which decodes it makes of one buffer, and two
-pure pieces of it: which of its words are new, and where a long buffer is cut. The
-session (session.py) decides when it runs.
+Nothing said is lost, nothing invented: a pass writes up to the voice detector's last
+voiced frame (a decode that ends early is continued from its end, with the text before as
+the prompt, as transcribe continues at its next window); no decode is made alone without
+context; words the detector heard as silence, or a segment Whisper calls no speech, are
+not written; every decode's audio opens with the same lead-in before its first voice
+(silence put in where the microphone gave less). The streamed words after what the final
+words cover stay (Transcript.revise), and a streamed word left out with no final word
+over its time is kept unless it was said in silence (none is lost: LiveStats.lost_words).
+
+This module is the pass (FinalPass: when it is due, which decodes it makes of one buffer,
+where a long buffer is cut, what it makes final) and its pure pieces: which decodes one
+pass makes (final_words), which of their words are new (new_final_words), and where a
+long buffer is cut (cut_point).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import time
+from dataclasses import replace
 from difflib import SequenceMatcher
-from typing import Callable, Generator, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Generator, List, Optional, Sequence
 
 import numpy as np
-from whisper.tokenizer import get_tokenizer
 
-from ..audio import SAMPLE_RATE
-from ..decode import stream_transcribe
-from ..events import DecodeOptions, DecodeResult, TokenEvent
-from .decoder import MAX_TOKENS_BASE, MAX_TOKENS_PER_SECOND, Prefix, prefix_token_ids
-from .policy import START_SLACK_S, TimedWord, normalize_word, timed_words
+from ..events import DecodeResult, TokenEvent
+from .attempt import decode_attempt
+from .buffer import nearest_sample, to_samples, to_seconds
+from .decoders import FinalDecoder, Given, Prefix
+from .parts import PassStep, SessionParts
+from .snapshots import buffer_view
+from .transcript import FinalTokens
+from .utterances import FinalDue
+from .words import START_SLACK_S, Decision, TimedWord, normalize_word, timed_words
 
-@dataclass(frozen=True)
-class Given:
-    """The final words already in the buffer: the final pass's transcript starts with them."""
-
-    prefix: Prefix  # their text, and where the first starts (buffer seconds)
-    # the tokens the last final pass of this buffer wrote for exactly these words (segment
-    # timestamps included), or None: then they are spelt out as an open segment
-    tokens: Optional[Tuple[int, ...]] = None
+Steps = Generator[TokenEvent, None, PassStep]
 
 
-# (audio, prompt, given) -> TokenEvents, then a DecodeResult with word timestamps
-FinalDecoder = Callable[[np.ndarray, Optional[str], Optional[Given]], Iterator[Union[TokenEvent, DecodeResult]]]
+class FinalPass:
+    def __init__(self, parts: SessionParts, decoder: FinalDecoder):
+        self.parts = parts
+        self.decoder = decoder
+        self.running = False  # one of its decodes is under way
+
+    def due(self) -> Optional[FinalDue]:
+        """The first end of an utterance it has not judged yet (Utterances.next_end)."""
+        return self.parts.utterances.next_end(self.parts.buffer.offset, self.parts.buffer.end)
+
+    def worth_running(self, until: Optional[int] = None) -> bool:
+        """Speech it has not judged, or streamed words it has not made final."""
+        parts = self.parts
+        return parts.utterances.unjudged_speech(until) or parts.transcript.final_count < len(parts.transcript.words)
+
+    def run(self, due: FinalDue, newest_arrival: Optional[float], last: bool = False) -> Steps:
+        """Decode the buffer up to `due.until`; its words after the final ones replace the
+        streamed words there (all of them at a pause or the end; before the cut point at a
+        cut). Its TokenEvents; returns what it did."""
+        parts = self.parts
+        offset_s = parts.buffer.start_s
+        final_in_buffer = parts.transcript.final_after(offset_s)
+        given_end = final_in_buffer[-1].end if final_in_buffer else None
+        decoded = self.worth_running(due.until)
+        result, words, continued = None, [], False
+        if decoded:
+            result, words, continued = yield from self._final_words(due, final_in_buffer, newest_arrival)
+        cut = None
+        if due.cut:
+            cut = self._cut_sample(result, words, given_end)
+            words = [w for w in words if w.midpoint < to_seconds(cut)]
+        # what the final decodes wrote over: the streamed words after it stay (not revised away)
+        covered_to = words[-1].end if words else (given_end if given_end is not None else offset_s)
+        revision = self._make_final(words, cut, None if continued else result, covered_to)
+        if cut is not None:  # streamed words before the cut no final word covered: their audio goes
+            parts.transcript.finalize_before(to_seconds(cut), keep=self._heard)
+        if last:  # nothing will hear them again: final as they are, unless the detector heard no voice
+            parts.transcript.finalize_before(float("inf"), keep=self._heard)
+        view = buffer_view(parts.buffer.slice(parts.buffer.offset, due.until), offset_s, None, Decision((), ()), (),
+                           parts.transcript.committed_end, at_pause=True)
+        if due.speech_end is not None:
+            now = parts.clock()
+            parts.meter.final_delay_s.append(now - parts.inbox.arrival_of(to_seconds(due.until), now))
+        parts.utterances.judged(due.until if cut is None else cut)
+        if cut is not None:
+            parts.buffer.cut_to(cut)
+        if last:
+            parts.buffer.cut_to(parts.buffer.end)
+        reason = ("the end" if last else "a pause: the utterance heard whole" if due.speech_end is not None
+                  else "a long buffer, cut")
+        return PassStep(decoded=decoded, reason=f"final pass at {reason}", result=result, view=view,
+                        revision=revision, final=last)
+
+    def settle_dropped(self) -> None:
+        """Audio was dropped unjudged (a decoder slower than the stream): the streamed words
+        said before the buffer become final as they are, and its speech counts as judged."""
+        self.parts.transcript.finalize_before(self.parts.buffer.start_s)
+        self.parts.utterances.judged(self.parts.buffer.offset)
+
+    def _final_words(self, due: FinalDue, final_in_buffer: List[TimedWord], newest_arrival: Optional[float]):
+        """The pass's decodes of the buffer up to `due.until` (final_words): its
+        TokenEvents; returns (the first decode's result, the new words, whether some
+        came from a later decode)."""
+        parts = self.parts
+        offset = parts.buffer.offset
+
+        def decode(start: int, prompt: Optional[str], given_words: Optional[Given]):
+            return self._decode(start, due.until, prompt, given_words, newest_arrival)
+
+        vad = parts.utterances.vad
+        cover = due.until
+        if due.cut:  # what stays in the buffer after the cut need not be written now
+            cover = offset + to_samples(parts.config.cut_after_seconds - parts.config.cut_keep_seconds)
+        end = vad.voice_end_within(offset, min(cover, due.until))
+
+        def next_voice(after_s: float) -> Optional[float]:
+            onset = vad.next_onset(nearest_sample(after_s))
+            return to_seconds(onset) if onset is not None and onset < due.until else None
+
+        return (yield from final_words(
+            decode, offset, parts.context.text_before(to_seconds(offset)), final_in_buffer,
+            self._given(final_in_buffer), voiced=self.voiced, voice_end=None if end is None else to_seconds(end),
+            next_voice=next_voice, prompt_chars=parts.config.prompt_chars,
+            lead_in_s=parts.config.lead_in_seconds))
+
+    def voiced(self, start_s: float, end_s: float) -> float:
+        """The voice detector's voiced seconds between two stream times."""
+        return self.parts.utterances.vad.voiced_seconds(max(0, nearest_sample(start_s)), nearest_sample(end_s))
+
+    def _decode(self, start: int, until: int, prompt: Optional[str], given: Optional[Given],
+                newest_arrival: Optional[float]):
+        """One call to the decoder over stream samples start..until: its TokenEvents;
+        returns its DecodeResult (times relative to `start`). The audio opens with
+        `lead_in_seconds` of silence before its first voice whatever the microphone gave
+        there (silence is put in where there was less: a recording that starts on its first
+        word is heard as one that starts 0.3 s before it, so the text does not depend on how
+        it starts)."""
+        parts = self.parts
+        pad = self.lead_pad(start)
+        audio = parts.buffer.slice(start, until)
+        if pad:
+            audio = np.concatenate([np.zeros(pad, np.float32), audio])
+            if given is not None:
+                given = Given(Prefix(given.prefix.words, given.prefix.start + to_seconds(pad)), given.tokens)
+        started, cpu_started = parts.clock(), time.process_time()
+        self.running = True
+        try:
+            attempt = yield from decode_attempt(self.decoder(audio, prompt, given),
+                                                newest_arrival, parts.clock, to_seconds(start - pad))
+        finally:
+            self.running = False
+        parts.meter.final_decoded(parts.clock() - started, time.process_time() - cpu_started, attempt.result)
+        return shifted(attempt.result, to_seconds(pad)) if pad else attempt.result
+
+    def lead_pad(self, start: int) -> int:
+        """Samples of silence to put before audio from stream sample `start`, so that
+        `lead_in_seconds` come before its first voice (0 when the audio has that much)."""
+        config = self.parts.config
+        if not config.pad_lead_in:
+            return 0
+        onset = self.parts.utterances.vad.first_voice(start)
+        if onset is None:
+            return 0
+        return max(0, to_samples(config.lead_in_seconds) - max(0, onset - start))
+
+    def _given(self, words: List[TimedWord]) -> Optional[Given]:
+        """The final words of the buffer as the pass is given them: with the tokens the last
+        final pass wrote for exactly these words, when it did."""
+        if not words:
+            return None
+        offset = self.parts.buffer.offset
+        prefix = Prefix(tuple(w.text for w in words), max(0.0, words[0].start - to_seconds(offset)))
+        return Given(prefix, self.parts.transcript.given_tokens(offset))
+
+    def _cut_sample(self, result: Optional[DecodeResult], words: List[TimedWord], given_end: Optional[float]) -> int:
+        """Where a long buffer is cut (a stream sample), from this pass over its first
+        `cut_after_seconds` (cut_point), moved into a pause that follows soon."""
+        parts = self.parts
+        offset_s = parts.buffer.start_s
+        segment_ends = [offset_s + s.end for s in result.segments] if result is not None else []
+        before = offset_s + parts.config.cut_after_seconds - parts.config.cut_keep_seconds
+        cut_s = cut_point(words, segment_ends, given_end, before)
+        if cut_s is None:  # no word there: cut the audio as it is
+            cut_s = before
+        return parts.utterances.cut_sample(cut_s)
+
+    def _heard(self, word: TimedWord) -> bool:
+        return self.voiced(word.start - SILENCE_SLACK_S, word.end + SILENCE_SLACK_S) > 0
+
+    def _make_final(self, words: List[TimedWord], cut: Optional[int], result: Optional[DecodeResult],
+                    covered_to: Optional[float] = None):
+        """Replace the streamed words the pass judged (those up to `covered_to`) by its
+        `words`; the revision made."""
+        parts = self.parts
+        now = parts.clock()
+        tokens = None
+        if cut is None and result is not None:  # what the next pass of this buffer is given
+            tokens = FinalTokens(parts.buffer.offset, tuple(result.tokens))
+        revision, shown_new = parts.transcript.revise(words, None if cut is None else to_seconds(cut), now, tokens,
+                                                      covered_to=covered_to, rescue=self._heard)
+        parts.commit_latencies(shown_new, now)
+        parts.meter.streamed_judged += len(revision.streamed)
+        parts.meter.revised += revision.revised
+        return revision
 
 
-def final_options(options: Optional[DecodeOptions] = None, precision: str = "exact") -> DecodeOptions:
-    """The live options as the final pass decodes: openai-whisper transcribe's defaults
-    (timestamp tokens, the temperature fallback, its thresholds), word timestamps, greedy,
-    in `precision` (LiveConfig.final_precision: exact, openai-whisper's own arithmetic, by
-    default), and no attention (nothing reads it). Two differences: the language from the
-    buffer's own window, as every live decode (a separate detection pass would cost an
-    encoder pass), and when every temperature fails, the best attempt is kept, not the
-    last (DecodeOptions.fallback_keeps_best, faster-whisper's rule)."""
-    defaults = DecodeOptions()
-    options = options or defaults
-    return replace(options, beam_size=1, precision=precision, fallback_keeps_best=True, timestamps=True, word_timestamps=True,
-                   temperature_fallback=defaults.temperature_fallback,
-                   compression_ratio_threshold=defaults.compression_ratio_threshold,
-                   logprob_threshold=defaults.logprob_threshold, no_speech_threshold=defaults.no_speech_threshold,
-                   condition_on_previous_text=True, skip_digital_silence=False, no_speech_before_decoding=False,
-                   reset_prompt_after_silence=False, detect_language_from_window=True, attention=False,
-                   word_probabilities=False, draft_tokens=None, prefix_tokens=None, prompt=None,
-                   single_window=False, encode_audio_only=False)
+# ---------------------------------------------------------------------- pure pieces
 
 
-def model_final_decoder(model, options: Optional[DecodeOptions] = None, precision: str = "exact") -> FinalDecoder:
-    """The model as the final pass's decoder (stream_transcribe with final_options)."""
-    options = final_options(options, precision)
-    tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages)
-
-    def decode(audio: np.ndarray, prompt: Optional[str], given: Optional[Given] = None):
-        prefix_tokens = None
-        if given is not None and given.prefix.words:
-            prefix_tokens = given.tokens or tuple(prefix_token_ids(given.prefix, tokenizer, timestamps=True))
-        # A loop ("aaaa...") runs to the window's token limit, once per fallback temperature
-        # before transcribe gives up on it: seconds of a live session's time. Speech is
-        # 5-7 tokens a second.
-        limit = MAX_TOKENS_BASE + int(MAX_TOKENS_PER_SECOND * audio.size / SAMPLE_RATE)
-        return stream_transcribe(model, audio, replace(
-            options, prompt=prompt, prefix_tokens=prefix_tokens,
-            max_tokens_per_window=min(limit, model.dims.n_text_ctx // 2)))
-
-    decode.options = options
-    return decode
+# A final decode must write up to the voice detector's last voiced frame: where its words end
+# this long before it, with this much voice after them, it is continued from there.
+COVER_GAP_S = 0.8
+COVER_VOICE_S = 0.3
+MAX_CONTINUATIONS = 6
+# a word with no voiced frame within this much of it was not heard: not written
+SILENCE_SLACK_S = 0.2
+NO_SPEECH_PROB, LOW_LOGPROB = 0.6, -1.0  # transcribe's no-speech test (DecodeOptions' defaults)
 
 
 def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generator], buffer_start: int,
                 prompt: Optional[str], final_in_buffer: Sequence[TimedWord], given: Optional[Given], *,
-                speech_left: bool, utterance_start: int, prompt_chars: int):
+                voiced: Callable[[float, float], float], voice_end: Optional[float],
+                next_voice: Callable[[float], Optional[float]], prompt_chars: int, lead_in_s: float = 0.3):
     """The decodes of one final pass, over the buffer from `buffer_start` (stream samples)
     to the pass's end. decode(start, prompt, given) runs the final decoder on the audio from
     `start`: a generator of TokenEvents that returns its DecodeResult. Yields their
     TokenEvents; returns (the first decode's result, the words written after the final
-    ones, whether those came from a later decode).
+    ones, whether some came from a later decode).
 
-    `speech_left`: the voice detector heard speech after the judged audio (and the pass is
-    not a cut's): a pass that writes no new words there decodes again. Every decode is
-    chosen by the audio and the final text alone, never by what the streamed pass had
-    committed, so the final text does not depend on when the decodes ran."""
-    offset_s = buffer_start / SAMPLE_RATE
-    given_end = final_in_buffer[-1].end if final_in_buffer else float("-inf")
+    Coverage: the pass writes up to `voice_end` (stream seconds: the voice detector's last
+    voiced frame in the audio it hears). A decode whose last word ends well before it (tiny.en
+    ends a window early, or writes the end of text right after the given words) is
+    continued as transcribe continues at its next window: from that word's end, with the
+    text before as the prompt, until the speech is covered or a decode there writes
+    nothing (then once more from the next voice's lead-in, with the same prompt). Never a
+    decode alone without context: tiny.en, given a short stretch and no prompt, writes
+    "You". `voiced(start_s, end_s)`: the voice detector's voiced seconds there; a word with
+    none around it is not written (Whisper heard text in silence). Every decode is chosen
+    by the audio and the final text alone, never by what the streamed pass had committed."""
+    offset_s = to_seconds(buffer_start)
+    given_end = final_in_buffer[-1].end if final_in_buffer else offset_s
     result = yield from decode(buffer_start, prompt, given)
-    words = new_final_words(result, offset_s, given.prefix.words if given else (), given_end)
-    if words or not speech_left:
-        return result, words, False
+    words = heard(new_final_words(result, offset_s, given.prefix.words if given else (), given_end
+                                  if final_in_buffer else float("-inf"), voiced), voiced)
     continued = False
-    # A decode given the words before may stop right after them (it wrote the end of text
-    # where the speaker went on): the rest is decoded as transcribe decodes its next
-    # window, from the given words' end, with the text before as the prompt.
-    if given:
-        continued = True
-        resume = int(round(given_end * SAMPLE_RATE))
-        before = " ".join([prompt or ""] + [w.text for w in final_in_buffer]).strip()
-        more = yield from decode(resume, before[-prompt_chars:].lstrip(), None)
-        words = result_words(more, resume / SAMPLE_RATE)
-    # Still nothing where speech was heard (tiny.en, given the text before, can end at once
-    # on a hard word): the utterance's own audio, decoded alone as a session that began
-    # with it would decode it. What it writes, or nothing, is final. (Keeping the streamed
-    # words there instead made the final text depend on how far the streamed pass had
-    # got: one hard clip ended otherwise in real time than in the fast feed.)
-    if not words and (utterance_start > buffer_start or given or prompt):  # not the first decode again
-        continued = True
-        more = yield from decode(utterance_start, None, None)
-        words = result_words(more, utterance_start / SAMPLE_RATE)
+    # where the decode says its text ends: its last word's end, or its last segment's end
+    # (a timestamp token: transcribe's next window starts there) where that is later (word
+    # timing often ends the last word early)
+    covered = max([words[-1].end if words else given_end, *segment_end(result, offset_s)])
+    for _ in range(MAX_CONTINUATIONS):
+        if voice_end is None or not uncovered(covered, voice_end, voiced):
+            break
+        before = " ".join([prompt or ""] + [w.text for w in list(final_in_buffer) + words]).strip()
+        context = before[-prompt_chars:].lstrip() or None
+        more: List[TimedWord] = []
+        starts = [nearest_sample(covered)]
+        onset = next_voice(covered)
+        if onset is not None and onset - lead_in_s > covered + 0.1:
+            starts.append(nearest_sample(onset - lead_in_s))
+        for start in starts:
+            continued = True
+            decoded = yield from decode(start, context, None)
+            more = [w for w in heard(result_words(decoded, to_seconds(start), voiced), voiced)
+                    if w.start > covered - START_SLACK_S]
+            if more:
+                break
+        if not more:
+            break
+        words += more
+        covered = max([more[-1].end, *segment_end(decoded, to_seconds(start))])
     return result, words, continued
 
 
-def result_words(result: Optional[DecodeResult], offset_s: float) -> List[TimedWord]:
+def segment_end(result: Optional[DecodeResult], offset_s: float) -> List[float]:
+    """[where the decode's last segment with words ends, stream seconds], or []."""
+    ends = [offset_s + seg.end for seg in (result.segments if result is not None else ()) if seg.words
+            and not no_speech(seg)]
+    return ends[-1:]
+
+
+def uncovered(covered: float, voice_end: float, voiced: Callable[[float, float], float]) -> bool:
+    """Speech the words so far (ending at `covered`) leave out: the voice detector heard
+    voice well after them."""
+    return voice_end - covered > COVER_GAP_S and voiced(covered + 0.2, voice_end) >= COVER_VOICE_S
+
+
+def heard(words: List[TimedWord], voiced: Callable[[float, float], float]) -> List[TimedWord]:
+    """The words whose audio (or the audio right around it) the voice detector calls voice."""
+    return [w for w in words if voiced(w.start - SILENCE_SLACK_S, w.end + SILENCE_SLACK_S) > 0]
+
+
+def shifted(result: Optional[DecodeResult], seconds: float) -> Optional[DecodeResult]:
+    """A decode's result with its times moved `seconds` earlier (the silence put before its
+    audio taken out again)."""
+    if result is None:
+        return None
+    segments = [replace(seg, start=seg.start - seconds, end=seg.end - seconds,
+                        words=[replace(w, start=w.start - seconds, end=w.end - seconds) for w in seg.words])
+                for seg in result.segments]
+    return replace(result, segments=segments)
+
+
+def result_words(result: Optional[DecodeResult], offset_s: float,
+                 voiced: Optional[Callable[[float, float], float]] = None) -> List[TimedWord]:
     """A decode's words in stream time (its word timestamps are relative to its audio,
-    which starts at `offset_s`)."""
+    which starts at `offset_s`), leaving out a segment Whisper itself calls no speech
+    (transcribe's test: no_speech_prob above 0.6 and average log probability below -1),
+    and, given `voiced`, one it doubts (no_speech_prob above 0.6) that has a word where
+    the voice detector heard silence: "Now and forevermore." after the last word of a
+    recording, over its tail, where "forevermore." fell in the silence."""
     if result is None:
         return []
-    return timed_words(result.segments, offset_s)
+    segments = [s for s in result.segments if not no_speech(s)]
+    if voiced is not None:
+        segments = [s for s in segments if s.no_speech_prob <= NO_SPEECH_PROB
+                    or len(heard(timed_words([s], offset_s), voiced)) == len(timed_words([s], offset_s))]
+    return timed_words(segments, offset_s)
+
+
+def no_speech(segment) -> bool:
+    return segment.no_speech_prob > NO_SPEECH_PROB and segment.avg_logprob < LOW_LOGPROB
 
 
 def new_final_words(result: Optional[DecodeResult], offset_s: float, given: Sequence[str],
-                    given_end: float = float("-inf")) -> List[TimedWord]:
+                    given_end: float = float("-inf"),
+                    voiced: Optional[Callable[[float, float], float]] = None) -> List[TimedWord]:
     """The words of a final pass after the `given` ones (which end at `given_end`, stream
     seconds). The given words come back first, but not always word for word: word timing
     splits the text afresh, and a segment of no duration loses its words. So they are
     found by aligning the two texts: what follows the last word matched to a given one
     is new; with nothing matched, what starts after the given words' end."""
-    words = result_words(result, offset_s)
+    words = result_words(result, offset_s, voiced)
     if not given:
         return words
     norms = [normalize_word(text) for text in given]
@@ -176,7 +374,3 @@ def cut_point(words: Sequence[TimedWord], segment_ends: Sequence[float], given_e
         return ordered[0]
     ends = [w.end for w in words if w.end <= before]
     return ends[-1] if ends else None
-
-
-def midpoint(word: TimedWord) -> float:
-    return (word.start + word.end) / 2

@@ -7,8 +7,8 @@ import re
 from typing import List, Optional, Sequence, Tuple
 
 from ..events import DecodeResult, TokenEvent
-from .decoder import Prefix
-from .policy import Hypothesis, normalize_word, timed_words
+from .decoders import Prefix
+from .words import Hypothesis, normalize_word, timed_words
 
 # (text the token adds, stream seconds where its attention peaked: None for a timestamp
 # or a step without attention)

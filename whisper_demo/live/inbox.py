@@ -1,5 +1,6 @@
 """The audio a live session has been given and not yet taken: chunks from any thread,
-when each arrived, and what was lost on the way or dropped for a stalled decoder.
+resampled as one stream, when each arrived, and what was lost on the way or dropped for a
+stalled decoder.
 
 One lock guards it; the decoding thread takes the waiting audio in one call (take()).
 """
@@ -12,7 +13,7 @@ from typing import Callable, Deque, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..audio import SAMPLE_RATE
+from ..audio import SAMPLE_RATE, ChunkStream
 
 
 class AudioInbox:
@@ -31,6 +32,19 @@ class AudioInbox:
         self.dropped = 0  # samples discarded for a decoder that took none
         self.stopped_at: Optional[float] = None  # from then on the clock no longer counts
         self.last_activity = clock()
+        self._chunks = ChunkStream()
+        self._resampling = threading.Lock()  # chunks are resampled, and queued, in the order they come
+
+    def add_chunk(self, sample_rate: int, chunk, arrived: float) -> None:
+        """A chunk of any rate, dtype and channel count (AudioError if not audio),
+        resampled as one stream with the chunks before it (audio.ChunkStream)."""
+        with self._resampling:
+            self.add(self._chunks(sample_rate, np.asarray(chunk)), arrived)
+
+    def flush(self, arrived: float) -> None:
+        """What the resampler still holds: the end of the recording."""
+        with self._resampling:
+            self.add(self._chunks.flush(), arrived)
 
     def add(self, samples: np.ndarray, arrived: float) -> None:
         if samples.size == 0:

@@ -24,6 +24,7 @@ import numpy as np
 from ..audio import SAMPLE_RATE
 from ..events import DecodeOptions, TokenEvent
 from ..timing import warm_up
+from . import driver
 from .mic_device import BLOCK_SECONDS, MicStream, MicUnavailable
 from .config import LiveConfig
 from .session import LiveSession, model_session
@@ -122,12 +123,7 @@ def transcribe_microphone(model, options: Optional[DecodeOptions] = None, device
     view = _TerminalView(out, color)
     out.write(f"Listening ({mic.sample_rate} Hz, cache={options.cache}). Speak; Ctrl-C to stop.\n")
     out.flush()
-    started = time.monotonic()
     last_event: Optional[TokenEvent] = None
-
-    def feed() -> None:
-        for chunk in mic.drain():
-            live.add_audio(mic.sample_rate, chunk)
 
     def show_item(item) -> None:
         nonlocal last_event
@@ -139,28 +135,16 @@ def transcribe_microphone(model, options: Optional[DecodeOptions] = None, device
             final = " ".join(item.revision.words) if item.revision is not None else ""
             view.show(final, f"{item.streamed} {item.tentative}".strip(), _status(last_event, live))
 
+    source = _MicSource(mic, max_seconds)
     mic.start()
     try:
-        while True:
-            feed()
-            if live.ready():
-                for item in live.updates():
-                    show_item(item)
-                    feed()  # keep the queue short while decoding; audio is buffered
-            elif not mic.active and mic.queue.empty():
-                break  # a finite stream (a test stand-in) has ended
-            else:
-                time.sleep(0.02)
-            if max_seconds is not None and time.monotonic() - started >= max_seconds:
-                break
+        driver.stream(live, source, show_item)
     except KeyboardInterrupt:
         pass
     finally:
         mic.stop()
     try:
-        feed()
-        for item in live.finish():
-            show_item(item)
+        driver.finish(live, source, show_item)
     except KeyboardInterrupt:  # a second Ctrl-C: skip the final decode
         pass
     view.end()
@@ -175,6 +159,31 @@ def transcribe_microphone(model, options: Optional[DecodeOptions] = None, device
     out.write(f"({summary})\n")
     out.flush()
     return transcript
+
+
+class _MicSource(driver.Source):
+    """The terminal's microphone: its queue is drained into the session, between a
+    decode's tokens too (audio is buffered meanwhile); it ends after `max_seconds`, or
+    when a finite stand-in stream has played out."""
+
+    def __init__(self, mic: MicStream, max_seconds: Optional[float]):
+        self.mic = mic
+        self.deadline = None if max_seconds is None else time.monotonic() + max_seconds
+
+    def pull(self, session: LiveSession) -> None:
+        for chunk in self.mic.drain():
+            session.add_audio(self.mic.sample_rate, chunk)
+
+    def while_decoding(self, session: LiveSession) -> None:
+        self.pull(session)
+
+    def ended(self, session: LiveSession) -> bool:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return True
+        return not session.ready() and not self.mic.active and self.mic.queue.empty()
+
+    def wait(self) -> None:
+        time.sleep(0.02)
 
 
 # ---------------------------------------------------------------------- web UI source

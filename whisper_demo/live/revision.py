@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Dict, List, Sequence, Tuple
 
-from .policy import TimedWord
+from .words import TimedWord
 
 # (first final word, one past the last, what the page showed there instead)
 Change = Tuple[int, int, str]

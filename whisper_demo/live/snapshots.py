@@ -2,7 +2,7 @@
 re-decode or skipped one) that the page, the terminal and the benchmark read while the
 session's own thread goes on changing its state. A decoded update also carries a
 BufferView: the audio that re-decode read and where the policy stands in it (the Live
-tab draws it under the transcript: ui/live_strip.py)."""
+tab draws it under the transcript: ui/render/live_strip.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 from ..audio import SAMPLE_RATE
 from ..events import DecodeResult, TokenEvent
 from .hypotheses import TokenPeak
-from .policy import Decision, Hypothesis
+from .words import Decision, Hypothesis, TimedWord
 from .revision import Revision
 
 ENVELOPE_BARS = 240  # a few hundred bars draw a waveform; each is the loudest sample of its slice
@@ -55,6 +55,12 @@ class LiveStats:
     # decode that gets much less than its threads' worth of CPU is waiting for it (another
     # program, the browser, other sessions)
     last_cpu_ms: Optional[float] = None
+    # streamed words a final pass removed with no final word over their time (Transcript.lost:
+    # speech lost; should be 0), and those no final word covered, kept as they are
+    lost_words: int = 0
+    kept_streamed: int = 0
+    rescued_words: int = 0  # of them, left out by a final pass that wrote around them (Transcript.revise)
+    silent_words: int = 0  # streamed words dropped as heard in silence (no final word over them)
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,8 @@ class LiveUpdate:
     # The committed text in two parts: the words final passes made final, one string each,
     # then those the streamed pass committed after them (`committed` is both)
     final_words: Tuple[str, ...] = ()
+    # the same words as shown, with their stream times (the Live tab's subtitles)
+    final_timed_words: Tuple[TimedWord, ...] = ()
     streamed: str = ""
     revision: Optional[Revision] = None  # what this update's final pass changed (None: not one)
 

@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 from ..audio import SAMPLE_RATE
 from .config import LiveConfig
-from .policy import TimedWord
+from .words import TimedWord
 from .vad import VoiceDetector
 
 

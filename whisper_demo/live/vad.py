@@ -110,6 +110,25 @@ class VoiceDetector:
                 return (i + self._first) * FRAME
         return None
 
+    def next_onset(self, after: int) -> Optional[int]:
+        """Stream sample where the first voice that starts after `after` (a voiced frame
+        after an unvoiced one) starts; None: none yet."""
+        lo = max(1, after // FRAME + 1 - self._first)
+        for i in range(lo, len(self._voiced)):
+            if self._voiced[i] and not self._voiced[i - 1]:
+                return (i + self._first) * FRAME
+        return None
+
+    def voice_end_within(self, start: int, end: int) -> Optional[int]:
+        """Stream sample where the last voiced frame between two stream samples ends (None:
+        no voice there): how far a final pass over that audio must write."""
+        lo = max(0, start // FRAME - self._first)
+        hi = min(len(self._voiced), max(0, -(-end // FRAME) - self._first))
+        for i in range(hi - 1, lo - 1, -1):
+            if self._voiced[i]:
+                return (i + 1 + self._first) * FRAME
+        return None
+
     def voiced_seconds(self, start: int, end: Optional[int] = None) -> float:
         """Seconds of voiced frames between two stream samples."""
         lo = max(0, start // FRAME - self._first)

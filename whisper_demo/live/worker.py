@@ -19,6 +19,7 @@ import numpy as np
 
 from ..events import TokenEvent
 from ..timing import warm_up
+from .driver import Source, drive
 from .session import LiveSession
 from .revision import Revision
 from .snapshots import LiveStats, LiveUpdate
@@ -60,7 +61,10 @@ def lower_thread_priority(niceness: int = DECODE_NICENESS) -> None:
         pass
 
 
-class LiveWorker:
+class LiveWorker(Source):
+    """Drives its session (driver.py) as the source of its audio: other threads feed it,
+    Stop asks it to finish, close() to give up."""
+
     def __init__(self, session: LiveSession, poll_seconds: float = 0.05, history: int = 400,
                  yield_cpu: bool = False):
         self.session = session
@@ -147,23 +151,26 @@ class LiveWorker:
                                      revision=revision, revised_at=revised_at)
             self._cond.notify_all()
 
+    # the driver's questions (driver.Source), asked on the thread
+
+    def ended(self, session: LiveSession) -> bool:
+        return self._finish_requested
+
+    def closed(self) -> bool:
+        return self._stop
+
+    def wait(self) -> None:
+        with self._cond:
+            while not (self._stop or self._finish_requested or self.session.ready()):
+                self._cond.wait(self.poll_seconds)
+
     def _run(self) -> None:
         if self.yield_cpu:
             lower_thread_priority()
         error = None
         try:
             warm_up()  # word timing's compile, once per process; audio buffers meanwhile
-            while True:
-                with self._cond:
-                    while not (self._stop or self._finish_requested or self.session.ready()):
-                        self._cond.wait(self.poll_seconds)
-                    if self._stop:
-                        return
-                    finishing = self._finish_requested
-                for item in (self.session.finish() if finishing else self.session.updates()):
-                    self._publish(item)
-                if finishing:
-                    return
+            drive(self.session, self, self._publish)
         except BaseException as err:  # shown by the page rather than lost in a thread
             error = err
         finally:
@@ -172,3 +179,4 @@ class LiveWorker:
                 self._view = replace(view, version=view.version + 1, error=error, done=True)
                 self.done.set()
                 self._cond.notify_all()
+

@@ -4,10 +4,12 @@
     app = build_app(store, Defaults(model="tiny.en"))
     launch(app, host="127.0.0.1", port=7860)
 
-Layout: a header with the model line, then tabs: "Transcribe" (transcribe_layout.py lays
+Layout: a header with the model line, then tabs: "Transcribe" (transcribe/layout.py lays
 out upload, record, examples, streamed transcript, cache panel, latency chart, Compare,
-Stop; transcribe_tab.py handles them; model_switch.py the model dropdown) and "Live"
-(live_tab.py, when present: streaming microphone). panel.py draws the cache panel for both.
+Stop; transcribe/handlers.py handles them; transcribe/model_switch.py the model dropdown)
+and "Live" (live/layout.py, when present: streaming microphone; the page posts its audio
+to microphone/route.py). render/ draws HTML and SVG without gradio: render/panel.py the
+cache panel for both tabs. store.py holds what every session shares.
 
 Queue
 -----
@@ -31,14 +33,14 @@ from typing import Optional
 
 import gradio as gr
 
-from .attention_view import ATTENTION_CSS
-from .compare_summary import COMPARE_CSS
-from .live_browser_mic import BROWSER_MIC_JS
-from .live_view import LIVE_CSS
-from .panel import PANEL_CSS
-from .window_strip import WINDOW_STRIP_CSS
 from ..limits import CACHE_SWEEP_S
-from .mic_stream import audio_route
+from .microphone.browser_mic import BROWSER_MIC_JS
+from .microphone.route import audio_route
+from .render.attention_view import ATTENTION_CSS
+from .render.compare_summary import COMPARE_CSS
+from .render.live_view import LIVE_CSS
+from .render.panel import PANEL_CSS
+from .render.window_strip import WINDOW_STRIP_CSS
 from .session_files import remove_session_files
 from .store import Defaults, ModelStore
 
@@ -53,11 +55,10 @@ APP_CSS = PANEL_CSS + COMPARE_CSS + WINDOW_STRIP_CSS + ATTENTION_CSS + LIVE_CSS 
 #model_status p { margin: 0; font-size: .9rem; }
 #transcript textarea { font-size: 1.05rem; line-height: 1.5; }
 .wk-hint p { font-size: .8rem; color: var(--body-text-color-subdued); margin: 0; }
-footer { display: none !important; }
 """
 
 # The browser's voice-call processing off for the Transcribe tab's Record (the Live tab
-# asks for the same itself: browser_mic.js): Gradio asks for `getUserMedia({audio: true})`,
+# asks for the same itself: microphone/browser_mic.js): Gradio asks for `getUserMedia({audio: true})`,
 # which in Chrome means echo cancellation, noise suppression and automatic gain. Whisper was
 # trained on unprocessed audio and normalises level itself. Through Chromium's fake
 # microphone, tiny.en's word error rate on what the server received (speech_25s.wav, three
@@ -89,7 +90,7 @@ THEME = gr.themes.Soft(primary_hue="blue", neutral_hue="slate",
 
 def build_app(store: ModelStore, defaults: Optional[Defaults] = None) -> gr.Blocks:
     """The whole page, wired to `store` (shared by every session)."""
-    from .transcribe_layout import build_transcribe_tab
+    from .transcribe.layout import build_transcribe_tab
 
     defaults = defaults or Defaults()
     # Uploads, chunks and served files older than the limit are deleted from Gradio's cache
@@ -107,10 +108,10 @@ def build_app(store: ModelStore, defaults: Optional[Defaults] = None) -> gr.Bloc
             with gr.Column(scale=2):
                 status = ""
                 if store.is_loaded(defaults.model):
-                    from .model_switch import ModelSwitch
+                    from .transcribe.model_switch import ModelSwitch
 
                     status = ModelSwitch(store, defaults).model_status()
-                model_status = gr.Markdown(status, elem_id="model_status")
+                model_status = gr.Markdown(status, elem_id="model_status", label="model status")
         with gr.Tabs():
             with gr.Tab("Transcribe", id="transcribe"):
                 app.transcribe_tab = build_transcribe_tab(store, defaults, model_status=model_status)
@@ -119,11 +120,11 @@ def build_app(store: ModelStore, defaults: Optional[Defaults] = None) -> gr.Bloc
         if live is not None:
             # one model for the page: the Live tab's next session uses the header's choice,
             # and its idle panel describes it at once
-            app.transcribe_tab.model_switch.then(live.show_model, app.transcribe_tab.model_dd, live.panel_box,
+            app.transcribe_tab.model_switch.then(live.live.show_model, app.transcribe_tab.model_dd, live.panel_box,
                                                  api_name=False, show_progress="hidden")
             # A closed tab ends its live session at once (and any desktop recording with
-            # it); decodes of a closed tab are closed by Gradio's queue (see transcribe_tab).
-            app.unload(live.page_closed)
+            # it); decodes of a closed tab are closed by Gradio's queue (see transcribe/handlers.py).
+            app.unload(live.live.page_closed)
             # the route the Live tab's page posts its microphone to (given to the server at launch)
             app.extra_routes = [audio_route(live.mic_streams)]
         app.unload(remove_session_files)  # the tab's own folders (attention downloads)
@@ -140,7 +141,7 @@ def _live_tab(store: ModelStore, defaults: Defaults, model_choice=None):
     """The Live tab, or None (with a message in its place) if it cannot be built: a broken
     Live tab must not take the Transcribe tab down."""
     try:
-        from .live_tab import build_live_tab
+        from .live.layout import build_live_tab
 
         return build_live_tab(store, defaults, model_choice=model_choice)
     except Exception as exc:
@@ -168,7 +169,7 @@ def launch(app: gr.Blocks, host: str = "127.0.0.1", port: int = 7860, share: boo
         server_name=host, server_port=port, share=share, max_file_size=max_file_size,
         prevent_thread_lock=True, quiet=quiet, show_error=True, theme=THEME, css=APP_CSS,
         head=RAW_MICROPHONE_JS + BROWSER_MIC_JS,
-        footer_links=[], inbrowser=False, app_kwargs={"routes": list(getattr(app, "extra_routes", []))},
+        footer_links=["api"], inbrowser=False, app_kwargs={"routes": list(getattr(app, "extra_routes", []))},
     )
     shown = url
     if host in ("0.0.0.0", "::"):

@@ -1,6 +1,7 @@
 """Files the app writes for one browser session, and their removal when the session ends.
 
-The attention view's downloads (PNG maps, JSON) and the Live tab's transcript are written
+The attention view's downloads (PNG maps, JSON), the Transcribe tab's transcript files
+(SRT, VTT, TXT, JSON: transcript_files.py) and the Live tab's transcript are written
 to one folder per browser session; Gradio serves its own copies of them (its cache,
 cleaned by `delete_cache`, see ui/__init__.py). The folder itself is ours: it goes when
 the tab closes.
@@ -12,7 +13,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional, Sequence
 
 import gradio as gr
 
@@ -27,6 +28,19 @@ def attention_folder(session_hash: Optional[str]) -> Optional[Path]:
     return Path(tempfile.gettempdir()) / ATTENTION_ROOT / session_hash
 
 
+def run_folder(session_hash: Optional[str], part: str) -> Optional[Path]:
+    """A subfolder of the session's folder for one kind of download ("attention",
+    "transcript"), emptied: each run replaces the files of the one before (Gradio serves
+    its own copies). None without a session."""
+    folder = attention_folder(session_hash)
+    if folder is None:
+        return None
+    folder = folder / part
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
 def live_transcript_file(session_hash: Optional[str], text: str) -> Optional[Path]:
     """The Live tab's final text as a .txt in the session's folder (None: no folder, or no
     text). One file per recording, named by when it stopped."""
@@ -37,6 +51,21 @@ def live_transcript_file(session_hash: Optional[str], text: str) -> Optional[Pat
     path = folder / time.strftime("live-transcript-%Y%m%d-%H%M%S.txt")
     path.write_text(text.strip() + "\n", encoding="utf-8")
     return path
+
+
+def live_subtitle_files(session_hash: Optional[str], timed_words: Sequence) -> List[Path]:
+    """The Live tab's final text as SRT and VTT subtitles in the session's folder, one cue
+    per sentence or pause (transcript_files.utterances_from_words), from its final words
+    with their stream times (anything with .text, .start, .end: live.words.TimedWord).
+    [] without a session or words. Named by when the recording stopped, as the .txt."""
+    from ..transcript_files import utterances_from_words, utterances_result, write_transcript
+
+    folder = attention_folder(session_hash)
+    if folder is None or not timed_words:
+        return []
+    paths = write_transcript(utterances_result(utterances_from_words(timed_words)), folder,
+                             time.strftime("live-transcript-%Y%m%d-%H%M%S"), formats=("srt", "vtt"))
+    return list(paths.values())
 
 
 def remove_session_files(request: gr.Request) -> None:

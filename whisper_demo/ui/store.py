@@ -27,11 +27,12 @@ from whisper.model import Whisper
 
 from ..audio import DEFAULT_MAX_SECONDS
 from ..events import DecodeOptions
-from ..limits import Limits
+from ..limits import DEFAULT_MAX_LIVE_MINUTES, Limits
 from ..model_sources import ModelError
 from ..sharing import SharingPolicy
 
 log = logging.getLogger(__name__)
+
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class Defaults:
     # What a visitor may make the server do (sharing.py) and how much of it (limits.py)
     policy: SharingPolicy = field(default_factory=SharingPolicy)
     limits: Limits = field(default_factory=Limits)
+    # The longest a live session runs from Record (--max-live-minutes); None: no limit.
+    # Past it the session is ended, its text kept (live/tab_session.py)
+    max_live_seconds: Optional[float] = DEFAULT_MAX_LIVE_MINUTES * 60
 
     def offered_models(self, choices: list) -> list:
         """The model dropdown's (label, name) choices this server offers."""

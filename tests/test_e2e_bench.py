@@ -1,0 +1,174 @@
+"""The whole-file benchmark's pure parts (bench/e2e.py): the long file it builds, the word
+edits charged to each recording, the bootstrap intervals and the target verdicts. Nothing
+here is timed or transcribed."""
+
+import numpy as np
+import pytest
+
+from whisper_demo.bench import e2e
+from whisper_demo.bench.e2e import (
+    Item, Measure, Target, describe_target, difference_interval, join_recordings, judge, piece_edits,
+    table, wer_interval,
+)
+
+RATE = e2e.SAMPLE_RATE
+
+
+def recording(name, seconds, reference, value=0.1):
+    return Item(name, np.full(int(seconds * RATE), value, dtype=np.float32), (reference,), (name,))
+
+
+def measure(system, seconds, edits, counts=None, scope="long"):
+    edits = np.array(edits)
+    counts = np.array(counts if counts is not None else [10] * len(edits))
+    return Measure(scope, system, seconds, 600.0, float(edits.sum() / counts.sum()),
+                   wer_interval(edits, counts), 100, int(counts.sum()), edits, counts)
+
+
+# --- the long file --------------------------------------------------------------------------
+
+def test_the_long_file_joins_recordings_with_pauses_and_their_references():
+    a, b = recording("a", 2.0, "hello there", 0.1), recording("b", 1.0, "general kenobi", 0.2)
+    long = join_recordings([a, b], min_seconds=3.0)
+    pause = int(e2e.PAUSE_SECONDS * RATE)
+    assert len(long.audio) == 2 * RATE + pause + 1 * RATE + pause
+    assert np.all(long.audio[: 2 * RATE] == np.float32(0.1))
+    assert np.all(long.audio[2 * RATE: 2 * RATE + pause] == 0)  # the pause is silence
+    assert np.all(long.audio[2 * RATE + pause: 3 * RATE + pause] == np.float32(0.2))
+    assert long.references == ("hello there", "general kenobi")
+    assert long.reference == "hello there general kenobi"
+    assert long.recordings == ("a", "b")
+
+
+def test_the_long_file_stops_once_long_enough_and_cycles_when_too_few():
+    a, b = recording("a", 2.0, "one"), recording("b", 2.0, "two")
+    assert join_recordings([a, b], min_seconds=2.0).recordings == ("a",)  # 2.5 s with its pause
+    cycled = join_recordings([a, b], min_seconds=9.0)
+    assert cycled.recordings == ("a", "b", "a", "b")
+    assert cycled.seconds == pytest.approx(10.0)
+    with pytest.raises(ValueError):
+        join_recordings([], min_seconds=1.0)
+
+
+def test_an_empty_reference_adds_no_words_to_the_joined_reference():
+    long = join_recordings([recording("a", 1.0, "yes"), recording("silence", 1.0, "")], min_seconds=2.0)
+    assert long.references == ("yes", "") and long.reference == "yes"
+
+
+# --- word edits per recording ---------------------------------------------------------------
+
+def test_edits_are_charged_to_the_recording_their_reference_word_came_from():
+    edits, counts = piece_edits("the cat sat on a mat and a dog barked loudly",
+                                ["the cat sat on the mat", "a dog barked"])
+    assert counts.tolist() == [6, 3]
+    # "the" -> "a" in the first; "and" inserted after "mat" (first), "loudly" after "barked" (second)
+    assert edits.tolist() == [2, 1]
+
+
+def test_edits_add_up_to_the_projects_word_edits():
+    from whisper_demo.text import word_edits
+
+    references = ["montreal forced aligner", "press pound to continue", "", "thank you for calling"]
+    hypothesis = "montreal forced aligner forced press the pound key to continue hmm thanks for calling"
+    edits, counts = piece_edits(hypothesis, references)
+    assert edits.sum() == word_edits(hypothesis, " ".join(references))
+    assert counts.tolist() == [3, 4, 0, 4]
+
+
+def test_nothing_written_deletes_every_word_and_nothing_to_say_inserts_every_word():
+    edits, counts = piece_edits("", ["alpha beta", "gamma"])
+    assert edits.tolist() == [2, 1] and counts.tolist() == [2, 1]
+    edits, counts = piece_edits("hello there", [""])
+    assert edits.tolist() == [2] and counts.tolist() == [0]
+
+
+# --- intervals ------------------------------------------------------------------------------
+
+def test_the_wer_interval_holds_the_wer_is_seeded_and_narrows_with_agreement():
+    rng = np.random.default_rng(1)
+    counts = rng.integers(5, 30, 80)
+    edits = rng.binomial(counts, 0.2)
+    low, high = wer_interval(edits, counts)
+    assert low < edits.sum() / counts.sum() < high
+    assert (low, high) == wer_interval(edits, counts)  # seeded: the same every run
+    assert wer_interval(counts * 0, counts) == (0.0, 0.0)
+
+
+def test_the_difference_interval_is_paired_over_the_same_recordings():
+    counts = np.full(50, 10)
+    a = np.arange(50) % 5
+    assert difference_interval(a, a, counts) == (0.0, 0.0)  # same edits: no difference at all
+    low, high = difference_interval(a + 1, a, counts)  # one more edit in every recording
+    assert low == pytest.approx(0.1) and high == pytest.approx(0.1)
+
+
+# --- targets --------------------------------------------------------------------------------
+
+def test_a_target_is_met_when_fast_enough_and_not_worse():
+    measures = {("long", "exact"): measure("exact", 10.0, [2] * 40),
+                ("long", "fw-float32"): measure("fw-float32", 25.0, [2] * 40)}
+    verdict = judge(Target("long", "exact", "fw-float32", 0.5, "not worse"), measures)
+    assert verdict.met and verdict.text.startswith("met") and "0.40x" in verdict.text
+
+
+def test_a_target_is_not_met_when_too_slow():
+    measures = {("long", "exact"): measure("exact", 15.0, [2] * 40),
+                ("long", "fw-float32"): measure("fw-float32", 25.0, [2] * 40)}
+    verdict = judge(Target("long", "exact", "fw-float32", 0.5, "not worse"), measures)
+    assert not verdict.met and verdict.text.startswith("NOT met") and "0.60x" in verdict.text
+
+
+def test_a_target_is_not_met_when_worse_beyond_the_interval():
+    measures = {("long", "fast"): measure("fast", 5.0, [4] * 40),
+                ("long", "fw-int8"): measure("fw-int8", 25.0, [2] * 40)}
+    verdict = judge(Target("long", "fast", "fw-int8", 0.5, "not worse"), measures)
+    assert not verdict.met and "worse beyond the interval" in verdict.text
+
+
+def test_a_worse_wer_within_the_interval_still_meets_it():
+    rng = np.random.default_rng(0)
+    peer = rng.integers(0, 5, 40)
+    ours = peer.copy()
+    ours[0] += 1  # one word more over 400: well inside the noise
+    measures = {("long", "fast"): measure("fast", 5.0, ours), ("long", "fw-int8"): measure("fw-int8", 25.0, peer)}
+    assert judge(Target("long", "fast", "fw-int8", 0.5, "not worse"), measures).met
+
+
+def test_a_separate_files_target_is_on_time_alone():
+    measures = {("separate", "fast"): measure("fast", 5.0, [9] * 40, scope="separate"),
+                ("separate", "fw-int8"): measure("fw-int8", 10.0, [1] * 40, scope="separate")}
+    assert judge(Target("separate", "fast", "fw-int8", 0.6), measures).met
+
+
+@pytest.mark.parametrize("missing", ["exact", "fw-float32"])
+def test_a_side_not_measured_fails_its_target(missing):
+    measures = {("long", "exact"): measure("exact", 1.0, [0] * 40),
+                ("long", "fw-float32"): measure("fw-float32", 25.0, [2] * 40)}
+    del measures["long", missing]
+    verdict = judge(Target("long", "exact", "fw-float32", 0.5, "not worse"), measures)
+    assert not verdict.met
+    assert verdict.text.startswith("NOT met") and f"not measured ({missing})" in verdict.text
+
+
+def test_the_batched_targets_say_whisper_kv_has_no_batched_mode_and_fail():
+    measures = {("long", "fw-batched-int8"): measure("fw-batched-int8", 5.0, [2] * 40)}
+    verdicts = [judge(t, measures) for t in e2e.TARGETS if t.ours.startswith("batched")]
+    assert len(verdicts) == 2
+    for verdict in verdicts:
+        assert not verdict.met
+        assert "not measured: whisper-kv has no batched mode yet" in verdict.text
+        assert "met" not in verdict.text.replace("NOT met", "")
+
+
+def test_every_target_names_its_systems_and_its_rule():
+    lines = [describe_target(t) for t in e2e.TARGETS]
+    assert "long: whisper-kv exact <= 0.5x faster-whisper float32 greedy, WER not worse" in lines[0]
+    assert lines[2] == "separate: whisper-kv fast (int8) <= 0.6x faster-whisper int8 greedy"
+    assert "batched (8) int8, lower WER" in lines[4]
+
+
+def test_the_table_says_which_systems_were_not_measured():
+    measures = {("long", "fast"): measure("fast", 5.0, [1] * 40), ("long", "fw-int8"): measure("fw-int8", 20.0, [1] * 40)}
+    lines = table("long", ["fast", "fw-int8", "openai"], measures, {"openai": "ImportError: no whisper"})
+    assert "0.25x faster-whisper int8 greedy" in lines[1]
+    assert "not measured (ImportError: no whisper)" in lines[3]

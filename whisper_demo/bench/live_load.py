@@ -1,0 +1,596 @@
+"""Live sessions under load: k visitors speaking into the Live tab at once, through the route.
+
+    python -m whisper_demo.bench live_load [--model tiny.en] [--max-k 8]
+        [--clients-recordings N] [--hostile] [--save FILE.json] [--eval-dir DIR]
+
+The app (app.py) serves on 127.0.0.1 at a free port, with --max-live-sessions above the
+largest k. Each visitor is one browser tab without the browser (page_visitor.py): it
+presses Record through the page's own event, gets its ticket, and posts its recording's
+int16 PCM to the ticket as the page's recorder does: one request at a time, 0.1 s each
+as the wall clock records it (more in one request when the last reply came late), with
+its sample offset; meanwhile it asks the page's timer event for the redraw every 0.25 s,
+noting when each committed text was shown; then Stop, whose reply holds the final text.
+A visitor's recordings are dev_ordinary clips (the eval folder's read speech) chained
+with the silence a microphone gives between them (0.5 s before each, 1 s after) into a
+session of 30-52 s (--clients-recordings N: N clips each, for short runs). Visitors
+start 0.7 s apart, so their utterances do not end in step.
+
+For k = 1, 2, ... until the targets break (or --max-k), printed per k:
+
+- speech -> commit, median and p95 over all the visitors' timed words: when a word of the
+  final text was first shown at its place for good (live_page.shown_since), less the
+  word's end in the audio (word timestamps of the offline decode of each clip);
+- the final texts' WER against the same recordings' solo run (k = 1: each set alone);
+- audio lost: chunks the route refused, the seconds it filled with silence (audio that
+  never came) and the seconds the session dropped (a decoder too slow), as the page's
+  stats say them;
+- whether other visitors' page events stayed responsive: one more tab times a trivial
+  page event (the Live tab's KV cache switch, with no session: nothing to do) every
+  second during the load, median and max.
+
+The targets: speech -> commit median <= 1.5 s and p95 <= 3.0 s, and nothing lost; the
+largest k that holds all three is printed. An empty measure is "not measured" and fails.
+
+With --hostile, the largest k that held is run again beside one hostile tab (a process of
+its own): it presses Record, then posts to its ticket from 4 threads at once, 0.5 s of
+speech each every 50 ms (10x real time), endlessly, until the others are done. It must be
+refused (409: a request while one of its ticket is in flight; 429: audio ahead of the wall
+clock) and must not disturb the others: their p95 within 10 % of the run without it, and
+the same final texts. What the server lets it send (real time) is decoded as any session.
+
+The figures are those of this machine with app and visitors on the same cores: a busy
+machine shows a lower k. --save writes every run (summaries, each visitor's final text,
+delays and refusals) as JSON.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import multiprocessing
+import re
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import httpx
+import numpy as np
+
+from ..audio import SAMPLE_RATE, load_audio
+from ..text import word_edits, words as normalized_words
+from .cli import bench_parser
+from .data import add_eval_dir_argument, manifest
+from .live_page import (COMMIT_MEDIAN_TARGET_S, COMMIT_P95_TARGET_S, LEAD_SECONDS, TAIL_SECONDS, Recording,
+                        commit_delays, judged_s, load, offline_all, padded)
+from .page_mic import PageSession
+from .app_process import running_app
+from .page_visitor import EventFailed, PageVisitor, committed_text, pcm16
+from .report import judged, verdict
+
+CHUNK_SECONDS = 0.1  # the page's recorder: one request every 0.1 s while the server keeps up
+REDRAW_S = 0.25  # the Live tab's timer (ui/live/layout.REFRESH_S): how often the page asks for its view
+PROBE_EVERY_S = 1.0
+STAGGER_S = 0.7  # between visitors' Records: real visitors do not pause in step
+SESSION_S = 30.0  # a visitor's clips (with their silence) are chained until this long...
+LONGEST_CLIP_S = 20.0  # ...and none is longer than this: sessions of 30-52 s
+SETTLE_S = 2.0  # between runs: the last final passes end before the next run's Record
+DEFAULT_MAX_K = 8
+HOSTILE_THREADS, HOSTILE_EVERY_S, HOSTILE_CHUNK_S = 4, 0.05, 0.5
+HOSTILE_P95_TOLERANCE = 0.10  # the others' p95 beside the hostile tab: at most 10 % above without
+SUBSET = "dev_ordinary"
+
+
+# --- what the visitors say
+
+@dataclass
+class RecordingSet:
+    """One visitor's session: its clips chained, and each word's end in the chain."""
+
+    name: str
+    audio: np.ndarray  # 16 kHz mono float, each clip with its silence before and after
+    word_ends: List[Tuple[str, float]]
+
+
+def chained_clips(items: Sequence[dict], k: int, per_client: Optional[int]) -> List[List[dict]]:
+    """The clips of visitors 0..k-1: consecutive manifest items, each visitor's taking up
+    where the last one's ended (round the list again past its end), `per_client` each, or
+    as many as make a session of SESSION_S with their silence. Clips over LONGEST_CLIP_S
+    are left out."""
+    pool = [item for item in items if item["duration_s"] <= LONGEST_CLIP_S]
+    sets, at = [], 0
+    for _ in range(k):
+        clips: List[dict] = []
+        while (len(clips) < per_client if per_client else
+               sum(c["duration_s"] + LEAD_SECONDS + TAIL_SECONDS for c in clips) < SESSION_S):
+            clips.append(pool[at % len(pool)])
+            at += 1
+        sets.append(clips)
+    return sets
+
+
+def recording_sets(eval_dir: Path, k: int, per_client: Optional[int], model: str) -> List[RecordingSet]:
+    """Visitors 0..k-1's sessions, with word ends from the offline decode of each clip
+    (done here, before the app starts, so it does not take the app's cores)."""
+    items = [item for item in manifest(eval_dir, required=True) if item.get("subset") == SUBSET]
+    chosen = chained_clips(items, k, per_client)
+    unique = {item["id"]: item for clips in chosen for item in clips}
+    recordings = [Recording(i, padded(load_audio(eval_dir / item["audio"])), item["reference"])
+                  for i, item in unique.items()]
+    offline = dict(zip(unique, offline_all(model, recordings)))
+    audio = {r.name: r.audio for r in recordings}
+    sets = []
+    for n, clips in enumerate(chosen):
+        ends = chained_word_ends([audio[c["id"]].size / SAMPLE_RATE for c in clips],
+                                 [offline[c["id"]].word_ends for c in clips])
+        sets.append(RecordingSet(f"set {n}: " + " ".join(c["id"] for c in clips),
+                                 np.concatenate([audio[c["id"]] for c in clips]), ends))
+    return sets
+
+
+def chained_word_ends(seconds: Sequence[float], word_ends: Sequence[Sequence[Tuple[str, float]]]
+                      ) -> List[Tuple[str, float]]:
+    """Each clip's (word, end) moved to where the clip starts in the chain."""
+    offsets = np.cumsum([0.0, *seconds])
+    return [(word, round(end + float(offset), 3)) for ends, offset in zip(word_ends, offsets) for word, end in ends]
+
+
+# --- one visitor
+
+@dataclass
+class ClientRun:
+    """What one visitor's page showed and what the route said to it."""
+
+    set_name: str
+    final: str = ""
+    delays: List[float] = field(default_factory=list)  # speech -> commit per timed word
+    untimed: int = 0  # words of the final text with no offline word to time them from
+    refused: Dict[int, int] = field(default_factory=dict)  # HTTP status -> requests refused
+    lost_s: float = 0.0  # audio the route filled with silence or the session dropped
+    error: Optional[str] = None  # Record refused, or the session failed
+
+
+def recorded(elapsed_s: float, total: int, block: int) -> int:
+    """Samples a microphone has recorded `elapsed_s` after it opened, in whole blocks (the
+    recorder hands on its audio a block at a time), at most `total`."""
+    return min(total, int(elapsed_s * SAMPLE_RATE) // block * block)
+
+
+def next_request(sent: int, recorded_now: int, max_samples: int) -> Tuple[int, int]:
+    """The page's next request, [start, end): all recorded and not yet sent, up to the
+    most one request may carry (so a late reply makes the next request longer)."""
+    return sent, min(recorded_now, sent + max_samples)
+
+
+def post_paced(visitor: PageVisitor, pcm: np.ndarray, started: float) -> Dict[int, int]:
+    """Post `pcm` in real time from `started` on, as the page does; the refusals by status."""
+    block = int(CHUNK_SECONDS * SAMPLE_RATE)
+    most = max(block, int(visitor.ticket["max_chunk_seconds"] * SAMPLE_RATE))
+    refused: Dict[int, int] = {}
+    sent = 0
+    while sent < pcm.size:
+        start, end = next_request(sent, recorded(time.monotonic() - started, pcm.size, block), most)
+        if end == start:  # nothing new recorded yet: wait for the next block
+            time.sleep(max(0.0, started + (sent // block + 1) * block / SAMPLE_RATE - time.monotonic()))
+            continue
+        status = visitor.post(pcm[start:end], start).status_code
+        if status != 200:  # the page goes on with the next chunk (a 409 it would retry: an honest page gets none)
+            refused[status] = refused.get(status, 0) + 1
+        sent = end
+    return refused
+
+
+class Redraws(threading.Thread):
+    """The page's timer: every REDRAW_S, the redraw event; each committed text shown, with
+    seconds since `started`."""
+
+    def __init__(self, visitor: PageVisitor, started: float):
+        super().__init__(daemon=True)
+        self.visitor, self.started = visitor, started
+        self.versions: List[Tuple[float, str]] = []
+        self.failures: List[str] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            asked = time.monotonic()
+            try:
+                outputs = self.visitor.tick()
+            except (EventFailed, httpx.HTTPError) as error:  # said in the run's notes; the page would tick on
+                self.failures.append(str(error))
+                outputs = None
+            if outputs and outputs[0] is not None:
+                self.versions.append((time.monotonic() - self.started, committed_text(outputs[0])))
+            self.done.wait(max(0.0, asked + REDRAW_S - time.monotonic()))
+
+    def finish(self) -> None:
+        self.done.set()
+        self.join()
+
+
+def lost_seconds(stats_html: Optional[str]) -> float:
+    """Audio the page's stats say was lost: filled with silence by the route (never came) or
+    dropped by a session too slow for it (ui/render/live_view.stats_html's words)."""
+    text = html.unescape(stats_html or "")
+    found = re.findall(r"([\d.]+) s of the microphone's audio never reached", text)
+    found += re.findall(r"([\d.]+) s dropped", text)
+    return sum(float(x) for x in found)
+
+
+def visit(url: str, recording: RecordingSet, delay_s: float) -> ClientRun:
+    """One visitor's session: Record, its audio in real time with the page's redraws, Stop."""
+    time.sleep(delay_s)
+    run = ClientRun(recording.name)
+    visitor = PageVisitor(url)
+    redraws = None
+    try:
+        visitor.record()
+        started = time.monotonic()  # the microphone's audio starts now
+        redraws = Redraws(visitor, started)
+        redraws.start()
+        pcm = pcm16(recording.audio)
+        run.refused = post_paced(visitor, pcm, started)
+        stopped = time.monotonic() - started
+        redraws.finish()  # the page's timer stops at Stop; one event of a tab at a time
+        outputs = visitor.stop(pcm.size)  # (timer, Record, Stop, transcript, stats, ...)
+        run.final, run.lost_s = committed_text(outputs[3]), lost_seconds(outputs[4])
+        versions = redraws.versions + [(time.monotonic() - started, run.final)]  # drawn from Stop's reply
+        page = PageSession(final=run.final, versions=versions, mic_opened_s=0.0, stopped_s=stopped,
+                           tentative_seen=False, stats_text="", stats_details=[])
+        run.delays, _, run.untimed = commit_delays(page, recording.word_ends)
+        if redraws.failures:  # a page event that failed under load: the visitor was not served
+            run.error = f"{len(redraws.failures)} redraws failed: {redraws.failures[0]}"
+    except (EventFailed, httpx.HTTPError, KeyError, ValueError, TypeError) as error:
+        run.error = f"{type(error).__name__}: {error}"
+    finally:
+        if redraws is not None:
+            redraws.finish()
+        visitor.close()
+    return run
+
+
+# --- the others: a probe tab, and the hostile one
+
+class Probe(threading.Thread):
+    """Another tab of the page, timing a trivial event of it (the Live tab's KV cache
+    switch, with no session of its own: nothing to do) every PROBE_EVERY_S: what a visitor
+    who is not speaking waits for any click while the others speak."""
+
+    def __init__(self, url: str):
+        super().__init__(daemon=True)
+        self.url = url
+        self.latencies: List[float] = []  # seconds per event answered
+        self.failures = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        visitor = PageVisitor(self.url)
+        switch = visitor.event("live_kv_toggle", "change")
+        try:
+            while not self.done.wait(PROBE_EVERY_S):
+                asked = time.monotonic()
+                try:
+                    visitor.call(switch)
+                    self.latencies.append(time.monotonic() - asked)
+                except (EventFailed, httpx.HTTPError):
+                    self.failures += 1
+        finally:
+            visitor.close()
+
+
+def hostile(url: str, audio: np.ndarray, ready, stop, replies) -> None:
+    """The hostile tab (run in a process of its own, so that its threads do not take the
+    honest visitors' interpreter lock): Record, then HOSTILE_THREADS threads posting to its
+    ticket together, HOSTILE_CHUNK_S of speech each every HOSTILE_EVERY_S, at the next
+    sample the server has not taken (so the server judges its pace, not a gap), round the
+    audio endlessly, until `stop` is set; then Stop. Sets `ready` once it posts; puts its
+    replies by status in `replies`."""
+    visitor = PageVisitor(url)
+    counts: Dict[int, int] = {}
+    state = {"at": 0}
+    lock, together = threading.Lock(), threading.Barrier(HOSTILE_THREADS)
+    pcm, size = pcm16(np.tile(audio, 2)), int(HOSTILE_CHUNK_S * SAMPLE_RATE)
+
+    def poster():
+        while not stop.is_set():
+            try:
+                together.wait(timeout=5)  # all at once: parallel requests of one ticket
+            except threading.BrokenBarrierError:
+                return
+            at = state["at"]
+            start = at % (pcm.size - size)
+            status = visitor.post(pcm[start:start + size], at).status_code
+            with lock:
+                counts[status] = counts.get(status, 0) + 1
+                if status == 200:
+                    state["at"] = max(state["at"], at + size)
+            time.sleep(HOSTILE_EVERY_S)
+
+    try:
+        visitor.record()
+        threads = [threading.Thread(target=poster, daemon=True) for _ in range(HOSTILE_THREADS)]
+        for thread in threads:
+            thread.start()
+        ready.set()
+        stop.wait()
+        together.abort()
+        for thread in threads:
+            thread.join()
+        visitor.stop(state["at"])
+    except (EventFailed, httpx.HTTPError) as error:
+        counts[-1] = 1
+        print(f"hostile tab: {type(error).__name__}: {error}", flush=True)
+    finally:
+        ready.set()  # also when it failed: nobody waits for it in vain
+        visitor.close()
+        replies.put(counts)
+
+
+# --- one run at k
+
+@dataclass
+class LoadRun:
+    k: int
+    clients: List[ClientRun]
+    probe_s: List[float]  # the probe tab's event latencies, seconds
+    probe_failures: int = 0
+    hostile: Optional[Dict[int, int]] = None  # the hostile tab's replies by status
+
+
+def run_load(url: str, sets: Sequence[RecordingSet], with_hostile: bool = False) -> LoadRun:
+    """The sets' visitors at once (STAGGER_S apart), the probe beside them, and the hostile
+    tab if asked; returns when every visitor has stopped."""
+    results: List[Optional[ClientRun]] = [None] * len(sets)
+
+    def one(i: int) -> None:
+        results[i] = visit(url, sets[i], i * STAGGER_S)
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(sets))]
+    probe = Probe(url)
+    probe.start()
+    stop_hostile, hostile_process, replies = _start_hostile(url, sets) if with_hostile else (None, None, None)
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    probe.done.set()
+    probe.join()
+    counts = _end_hostile(stop_hostile, hostile_process, replies) if with_hostile else None
+    time.sleep(SETTLE_S)
+    return LoadRun(len(sets), list(results), probe.latencies, probe.failures, counts)
+
+
+def _start_hostile(url: str, sets: Sequence[RecordingSet]):
+    context = multiprocessing.get_context("spawn")  # not fork: this process runs threads
+    ready, stop, replies = context.Event(), context.Event(), context.Queue()
+    speech = np.concatenate([s.audio for s in sets])
+    process = context.Process(target=hostile, args=(url, speech, ready, stop, replies), daemon=True)
+    process.start()
+    ready.wait(timeout=120)  # the others start once it posts (a fresh interpreter imports torch)
+    return stop, process, replies
+
+
+def _end_hostile(stop, process, replies) -> Dict[int, int]:
+    stop.set()
+    try:
+        counts = replies.get(timeout=120)
+    except Exception:  # queue.Empty: it never reported (said as no replies at all)
+        counts = {}
+    process.join(timeout=30)
+    return counts
+
+
+# --- the figures
+
+def percentile(values: Sequence[float], q: float) -> Optional[float]:
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+@dataclass
+class Summary:
+    """One run at k, summed up over its visitors."""
+
+    k: int
+    hostile: bool
+    words: int  # timed words
+    median_s: Optional[float]
+    p95_s: Optional[float]
+    wer: Optional[float]  # % of the solo runs' words; None without a solo text for every set
+    lost_s: Optional[float]  # None: no visitor finished
+    refused: int
+    failed: int  # visitors whose Record or session failed
+    probe_failures: int  # the probe tab's events that failed
+    probe_median_ms: Optional[float]
+    probe_max_ms: Optional[float]
+
+    def lost_total(self) -> Optional[float]:
+        """Anything lost at all: seconds, plus one for each refused chunk or failed visitor."""
+        return None if self.lost_s is None else self.lost_s + self.refused + self.failed
+
+    def holds(self) -> Optional[bool]:
+        """Every target met (True), one NOT met (False), else one not measured (None: fails)."""
+        checks = [judged(self.median_s, COMMIT_MEDIAN_TARGET_S), judged(self.p95_s, COMMIT_P95_TARGET_S),
+                  judged(self.lost_total(), 0.0)]
+        if False in checks:
+            return False
+        return None if None in checks else True
+
+
+def summarise(run: LoadRun, solo: Dict[str, str], hostile: bool = False) -> Summary:
+    """`run` against the targets; WER of each final text against `solo` (set name -> the
+    final text of that set alone)."""
+    done = [c for c in run.clients if c.error is None]
+    delays = [d for c in done for d in c.delays]
+    return Summary(
+        k=run.k, hostile=hostile, words=len(delays), median_s=percentile(delays, 50), p95_s=percentile(delays, 95),
+        wer=solo_wer(done, solo) if len(done) == len(run.clients) else None,
+        lost_s=sum(c.lost_s for c in done) if done else None,
+        refused=sum(sum(c.refused.values()) for c in run.clients),
+        failed=len(run.clients) - len(done), probe_failures=run.probe_failures,
+        probe_median_ms=_ms(percentile(run.probe_s, 50)), probe_max_ms=_ms(max(run.probe_s, default=None)))
+
+
+def _ms(seconds: Optional[float]) -> Optional[float]:
+    return None if seconds is None else round(1000 * seconds, 1)
+
+
+def solo_wer(clients: Sequence[ClientRun], solo: Dict[str, str]) -> Optional[float]:
+    """Word errors of the final texts against their sets' solo final texts, as a % of the
+    solo texts' words; None when a set has no solo text, or the solo texts no words."""
+    if not clients or any(c.set_name not in solo for c in clients):
+        return None
+    words = sum(len(normalized_words(solo[c.set_name])) for c in clients)
+    edits = sum(word_edits(c.final, solo[c.set_name]) for c in clients)
+    return 100 * edits / words if words else None
+
+
+def largest_holding(summaries: Sequence[Summary]) -> Optional[int]:
+    """The largest k of an unbroken run of holding k from 1 (the search stops at the first
+    that breaks); None when k = 1 does not hold."""
+    held = None
+    for s in sorted(summaries, key=lambda s: s.k):
+        if s.holds() is not True or s.k != (held or 0) + 1:
+            break
+        held = s.k
+    return held
+
+
+# --- the search over k, and the report
+
+HEADER = (f"{'k':>4} {'words':>6} {'commit median':>14} {'p95':>7} {'WER vs solo':>12} {'lost s':>7} "
+          f"{'refused':>7} {'failed':>6} {'probe ms median/max':>20}  holds")
+
+
+def _figure(value: Optional[float], spec: str, unit: str = "") -> str:
+    return "—" if value is None else f"{value:{spec}}{unit}"
+
+
+def row(s: Summary) -> str:
+    """One k's line of the table (— for an empty measure)."""
+    probe = f"{_figure(s.probe_median_ms, '.0f')} / {_figure(s.probe_max_ms, '.0f')}"
+    if s.probe_failures:
+        probe += f" ({s.probe_failures} failed)"
+    return (f"{str(s.k) + ('+H' if s.hostile else ''):>4} {s.words:>6} {_figure(s.median_s, '.2f', ' s'):>14} "
+            f"{_figure(s.p95_s, '.2f', ' s'):>7} {_figure(s.wer, '.1f', ' %'):>12} {_figure(s.lost_s, '.1f'):>7} "
+            f"{s.refused:>7} {s.failed:>6} {probe:>20}  {verdict(s.holds())}")
+
+
+def client_notes(run: LoadRun) -> List[str]:
+    """What went wrong for a visitor, one line each."""
+    notes = []
+    for c in run.clients:
+        if c.error:
+            notes.append(f"     {c.set_name[:40]}: FAILED: {c.error}")
+        elif c.refused or c.lost_s:
+            notes.append(f"     {c.set_name[:40]}: refused {c.refused}, lost {c.lost_s:.1f} s")
+    return notes
+
+
+def verdict_lines(summaries: Sequence[Summary]) -> List[str]:
+    """The largest k that holds, and the first k that broke and why."""
+    held = largest_holding(summaries)
+    lines = [f"largest k that holds (speech -> commit median <= {COMMIT_MEDIAN_TARGET_S} s, p95 <= "
+             f"{COMMIT_P95_TARGET_S} s, nothing lost): {held if held is not None else 'none'}"]
+    broke = next((s for s in sorted(summaries, key=lambda s: s.k) if s.holds() is not True), None)
+    if broke is not None:
+        lost = broke.lost_total()
+        lines.append(f"  k = {broke.k}: median {judged_s(broke.median_s, COMMIT_MEDIAN_TARGET_S)}, "
+                     f"p95 {judged_s(broke.p95_s, COMMIT_P95_TARGET_S)}, lost "
+                     f"{_figure(lost, '.1f')} (target 0: {verdict(judged(lost, 0.0))})")
+    return lines
+
+
+def search(url: str, sets: Sequence[RecordingSet], max_k: int) -> Tuple[List[Summary], List[LoadRun], Dict[str, str]]:
+    """k = 1, 2, ... until a k does not hold, or max_k: each set's solo run first (its final
+    text is what the same set's text under load is compared with; k = 1 is set 0's)."""
+    solo: Dict[str, str] = {}
+    summaries, runs = [], []
+    print(HEADER, flush=True)
+    for k in range(1, max_k + 1):
+        for alone in sets[1:k]:
+            if alone.name not in solo:
+                _take_solo(run_load(url, [alone]), solo)
+        run = run_load(url, sets[:k])
+        if k == 1:
+            _take_solo(run, solo)
+        summaries.append(summarise(run, solo))
+        runs.append(run)
+        print("\n".join([row(summaries[-1])] + client_notes(run)), flush=True)
+        if summaries[-1].holds() is not True:
+            break
+    return summaries, runs, solo
+
+
+def _take_solo(run: LoadRun, solo: Dict[str, str]) -> None:
+    client = run.clients[0]
+    if client.error is None:
+        solo[client.set_name] = client.final
+    else:  # its set's WER is then not measured
+        print(f"     solo run of {client.set_name[:40]} FAILED: {client.error}", flush=True)
+
+
+def hostile_lines(without: Summary, with_: Summary, plain: LoadRun, beside: LoadRun) -> List[str]:
+    """The hostile tab against its targets: refused (409 and 429), the others' p95 within
+    HOSTILE_P95_TOLERANCE of the run without it, and their final texts the same."""
+    counts = beside.hostile or {}
+    refused = (counts.get(409, 0) > 0 and counts.get(429, 0) > 0) if counts else None  # None: never reported
+    rise = (with_.p95_s / without.p95_s - 1) if with_.p95_s and without.p95_s else None
+    finished = all(c.error is None for c in plain.clients + beside.clients)
+    same = [a.final == b.final for a, b in zip(plain.clients, beside.clients)] if finished else None
+    replies = ", ".join(f"{status} x {n}" for status, n in sorted(counts.items())) or "none"
+    return [
+        f"hostile tab's replies: {replies}: refused with 409 and 429 ({verdict(refused)})",
+        f"the others' speech -> commit p95: {_figure(without.p95_s, '.2f', ' s')} without, "
+        f"{_figure(with_.p95_s, '.2f', ' s')} beside it: {_figure(rise and 100 * rise, '+.0f', ' %')} "
+        f"(target <= +{100 * HOSTILE_P95_TOLERANCE:.0f} %: {verdict(judged(rise, HOSTILE_P95_TOLERANCE))})",
+        f"the others' final texts: {'—' if same is None else f'{sum(same)} of {len(same)} the same'} "
+        f"(target all: {verdict(None if same is None else all(same))})"]
+
+
+def main(argv=None) -> int:
+    parser = bench_parser("live_load", __doc__)
+    parser.add_argument("--model", default="tiny.en")
+    parser.add_argument("--max-k", type=int, default=DEFAULT_MAX_K, help=f"at most this many visitors (default {DEFAULT_MAX_K})")
+    parser.add_argument("--clients-recordings", type=int, default=None, metavar="N",
+                        help=f"N clips per visitor (default: clips chained to a session of {SESSION_S:.0f} s)")
+    parser.add_argument("--hostile", action="store_true", help="run the largest k that held again beside a hostile tab")
+    parser.add_argument("--save", metavar="FILE.json", help="every run's figures, texts and refusals as JSON")
+    add_eval_dir_argument(parser)
+    args = parser.parse_args(argv)
+
+    sets = recording_sets(Path(args.eval_dir), args.max_k, args.clients_recordings, args.model)
+    print(f"load average {load()}; up to {args.max_k} visitors, sessions of "
+          f"{', '.join(f'{s.audio.size / SAMPLE_RATE:.0f}' for s in sets)} s", flush=True)
+    # room for every visitor, the hostile tab and one more: a place is never what limits k here
+    with running_app(args.model, "--max-live-sessions", str(args.max_k + 2), until_warm=True) as app:
+        url = app.url
+        summaries, runs, solo = search(url, sets, args.max_k)
+        print("\n".join(verdict_lines(summaries)), flush=True)
+        beside = _hostile_run(url, sets, summaries, runs, solo) if args.hostile else None
+    print(f"load average at the end {load()}")
+    if args.save:
+        _save(Path(args.save), args, summaries, runs, beside)
+    return 1 if any(c.error for r in runs + ([beside[1]] if beside else []) for c in r.clients) else 0
+
+
+def _hostile_run(url, sets, summaries: List[Summary], runs: List[LoadRun], solo) -> Tuple[Summary, LoadRun]:
+    """The largest k that held (k = 1 if none did) again, beside the hostile tab."""
+    k = largest_holding(summaries) or 1
+    run = run_load(url, sets[:k], with_hostile=True)
+    summary = summarise(run, solo, hostile=True)
+    print("\n".join([row(summary)] + client_notes(run) + hostile_lines(summaries[k - 1], summary, runs[k - 1], run)),
+          flush=True)
+    return summary, run
+
+
+def _save(path: Path, args, summaries, runs, beside) -> None:
+    data = {"model": args.model, "load_average": load(), "summaries": [asdict(s) for s in summaries],
+            "runs": [asdict(r) for r in runs],
+            "hostile": {"summary": asdict(beside[0]), "run": asdict(beside[1])} if beside else None}
+    path.write_text(json.dumps(data, indent=1))
+    print(f"saved {path}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
