@@ -61,7 +61,7 @@ INTRO = (
     "guess. When you pause, one decode hears the whole utterance, as a file is transcribed, "
     "and gives it its **final** text; a word it wrote otherwise is "
     '<mark class="wk-revised" style="animation:none">marked</mark> for a moment. '
-    "Stop gives the rest its final text and a download of it.")
+    "Stop gives the rest its final text, to download as text or subtitles.")
 
 
 class LiveComponents(SimpleNamespace):
