@@ -206,7 +206,8 @@ def test_layouts_feed_each_recording_as_people_record_and_say_where_the_pauses_a
 
     import soundfile
 
-    from whisper_demo.bench.live_eval import load_sessions, report, words_in_pauses
+    from whisper_demo.bench.layouts import load_sessions, words_in_pauses
+    from whisper_demo.bench.live_eval import report
 
     rows = []
     for i in range(6):

@@ -3,11 +3,13 @@ the summary of a run, the search's verdicts and the hostile tab's. No server, no
 
 from whisper_demo.audio import SAMPLE_RATE
 from whisper_demo.bench import live_load as bench
-from whisper_demo.bench.live_load import ClientRun, LoadRun, Summary
+from whisper_demo.bench import load_clients as clients
+from whisper_demo.bench.live_load import LoadRun, Summary
+from whisper_demo.bench.load_clients import ClientRun
 from whisper_demo.bench.page_visitor import committed_text
 from whisper_demo.bench.report import NOT_MEASURED
 
-BLOCK = int(bench.CHUNK_SECONDS * SAMPLE_RATE)
+BLOCK = int(clients.CHUNK_SECONDS * SAMPLE_RATE)
 
 
 def clip(name, seconds):
@@ -28,17 +30,17 @@ def test_each_visitor_takes_up_where_the_last_left_and_long_clips_are_left_out()
 
 def test_the_recorder_hands_on_whole_blocks_as_the_clock_records_them():
     total = 10 * BLOCK
-    assert bench.recorded(0.0, total, BLOCK) == 0
-    assert bench.recorded(0.15, total, BLOCK) == BLOCK  # the second block is not complete yet
-    assert bench.recorded(0.2, total, BLOCK) == 2 * BLOCK
-    assert bench.recorded(60.0, total, BLOCK) == total  # never past the recording
+    assert clients.recorded(0.0, total, BLOCK) == 0
+    assert clients.recorded(0.15, total, BLOCK) == BLOCK  # the second block is not complete yet
+    assert clients.recorded(0.2, total, BLOCK) == 2 * BLOCK
+    assert clients.recorded(60.0, total, BLOCK) == total  # never past the recording
 
 
 def test_a_late_reply_makes_the_next_request_longer_up_to_the_limit():
-    assert bench.next_request(0, BLOCK, 9 * BLOCK) == (0, BLOCK)
-    assert bench.next_request(BLOCK, 4 * BLOCK, 9 * BLOCK) == (BLOCK, 4 * BLOCK)  # three blocks at once
-    assert bench.next_request(0, 20 * BLOCK, 9 * BLOCK) == (0, 9 * BLOCK)
-    assert bench.next_request(BLOCK, BLOCK, 9 * BLOCK) == (BLOCK, BLOCK)  # nothing new: wait
+    assert clients.next_request(0, BLOCK, 9 * BLOCK) == (0, BLOCK)
+    assert clients.next_request(BLOCK, 4 * BLOCK, 9 * BLOCK) == (BLOCK, 4 * BLOCK)  # three blocks at once
+    assert clients.next_request(0, 20 * BLOCK, 9 * BLOCK) == (0, 9 * BLOCK)
+    assert clients.next_request(BLOCK, BLOCK, 9 * BLOCK) == (BLOCK, BLOCK)  # nothing new: wait
 
 
 def run_of(*clients, probe=(0.01, 0.03), hostile=None):
@@ -109,9 +111,9 @@ def test_lost_audio_is_read_from_the_pages_stats():
     stats = ('<div class="wk-tile" title="The audio not yet committed. 1.5 s of the microphone&#x27;s audio never '
              'reached the server (heard as silence)."><div class="wk-sub">of 9.0 s heard · 0.4 s dropped '
              '(decoding slower than speech)</div></div>')
-    assert bench.lost_seconds(stats) == 1.9
-    assert bench.lost_seconds("audio lost 2.0 s (arrived slower than real time)") == 0.0  # late, not lost
-    assert bench.lost_seconds(None) == 0.0
+    assert clients.lost_seconds(stats) == 1.9
+    assert clients.lost_seconds("audio lost 2.0 s (arrived slower than real time)") == 0.0  # late, not lost
+    assert clients.lost_seconds(None) == 0.0
 
 
 def test_the_committed_words_are_read_from_the_transcript_as_the_page_shows_them():

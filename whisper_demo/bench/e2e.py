@@ -41,22 +41,13 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import jiwer
 import numpy as np
 
+from ..audio import SAMPLE_RATE
 from .data import add_eval_dir_argument, manifest
+from .e2e_systems import BATCH_SIZE, SYSTEMS, Output, System, make_systems
 
 PAUSE_SECONDS = 0.5
-SAMPLE_RATE = 16000
-BATCH_SIZE = 8
 DRAWS = 2000
 WARM_UP_SECONDS = 5.0
-SYSTEMS = {
-    "exact": "whisper-kv exact",
-    "fast": "whisper-kv fast (int8)",
-    "openai": "openai-whisper transcribe",
-    "fw-int8": "faster-whisper int8 greedy",
-    "fw-float32": "faster-whisper float32 greedy",
-    "fw-batched-int8": f"faster-whisper batched ({BATCH_SIZE}) int8",
-    "fw-batched-float32": f"faster-whisper batched ({BATCH_SIZE}) float32",
-}
 NO_BATCHED_MODE = "whisper-kv has no batched mode yet"
 NOT_YET = {"batched-fast": f"whisper-kv batched ({BATCH_SIZE}) fast (int8)",  # targets without a system
            "batched-exact": f"whisper-kv batched ({BATCH_SIZE}) exact"}
@@ -155,112 +146,6 @@ def difference_interval(edits_a: np.ndarray, edits_b: np.ndarray, counts: np.nda
     drawn = (edits_a[picks].sum(1) - edits_b[picks].sum(1)) / np.maximum(1, counts[picks].sum(1))
     low, high = np.percentile(drawn, [2.5, 97.5])
     return float(low), float(high)
-
-
-# --- the systems ----------------------------------------------------------------------------
-
-@dataclass
-class Output:
-    text: str
-    tokens: int  # text tokens written (timestamps and specials not counted)
-
-
-System = Callable[[np.ndarray], Output]
-
-
-def whisper_kv_systems(model_name: str, wanted: Sequence[str]) -> Dict[str, System]:
-    from ..decode import transcribe
-    from ..events import DecodeOptions
-    from ..models import load_model
-
-    model = load_model(model_name, progress=False)
-    eot = _eot(model.is_multilingual)
-
-    def system(precision: str) -> System:
-        options = DecodeOptions(precision=precision, language="en")  # transcribe()'s defaults otherwise
-
-        def run(audio: np.ndarray) -> Output:
-            result = transcribe(model, audio, options)
-            return Output(result.text, sum(1 for t in result.tokens if t < eot))
-        return run
-    return {name: system(precision) for name, precision in (("exact", "exact"), ("fast", "int8"))
-            if name in wanted}
-
-
-def openai_system(model_name: str) -> System:
-    import torch
-    import whisper
-
-    from ..models import load_model
-
-    model = load_model(model_name, progress=False)  # its own copy: nothing of ours attached
-    eot = _eot(model.is_multilingual)
-
-    def run(audio: np.ndarray) -> Output:
-        torch.manual_seed(0)  # its fallback samples from torch's generator: the same draws each run
-        result = whisper.transcribe(model, audio, fp16=False, language="en", verbose=None)
-        return Output(result["text"], sum(1 for s in result["segments"] for t in s["tokens"] if t < eot))
-    return run
-
-
-def faster_whisper_systems(model_name: str, wanted: Sequence[str], threads: int) -> Dict[str, System]:
-    import ctranslate2
-    from faster_whisper import BatchedInferencePipeline, WhisperModel
-
-    from .ct2_folder import ctranslate2_model_dir
-
-    # model.bin, config.json, tokenizer.json, vocabulary.txt; no preprocessor_config.json:
-    # faster-whisper's defaults (80 mel bins) are tiny.en's and base's. Nothing downloaded.
-    folder = ctranslate2_model_dir(model_name)
-    engines: Dict[str, WhisperModel] = {}
-    found = {}
-    for name in wanted:
-        compute_type = name.rsplit("-", 1)[1]
-        if compute_type not in engines:
-            engines[compute_type] = WhisperModel(folder, device="cpu", compute_type=compute_type,
-                                                 cpu_threads=threads, local_files_only=True)
-        engine = engines[compute_type]
-        batched = BatchedInferencePipeline(model=engine) if "batched" in name else None
-        found[name] = _faster_whisper_run(engine, batched, _eot(engine.model.is_multilingual), ctranslate2)
-    return found
-
-
-def _faster_whisper_run(engine, batched, eot: int, ctranslate2) -> System:
-    def run(audio: np.ndarray) -> Output:
-        ctranslate2.set_random_seed(0)  # its fallback samples: the same draws each run
-        if batched is not None:
-            segments, _ = batched.transcribe(audio, language="en", beam_size=1, best_of=1, batch_size=BATCH_SIZE)
-        else:
-            segments, _ = engine.transcribe(audio, language="en", beam_size=1, best_of=1)
-        segments = list(segments)  # the generator does the work
-        return Output("".join(s.text for s in segments), sum(1 for s in segments for t in s.tokens if t < eot))
-    return run
-
-
-def _eot(multilingual: bool) -> int:
-    import whisper
-
-    return whisper.tokenizer.get_tokenizer(multilingual).eot
-
-
-def make_systems(names: Sequence[str], model_name: str, threads: int) -> Tuple[Dict[str, System], Dict[str, str]]:
-    """The systems asked for that could be set up, and why each other one could not."""
-    builders = [
-        (("exact", "fast"), lambda wanted: whisper_kv_systems(model_name, wanted)),
-        (("openai",), lambda wanted: {"openai": openai_system(model_name)}),
-        (tuple(n for n in SYSTEMS if n.startswith("fw-")),
-         lambda wanted: faster_whisper_systems(model_name, wanted, threads)),
-    ]
-    systems, missing = {}, {}
-    for covered, build in builders:
-        wanted = [n for n in names if n in covered]
-        if not wanted:
-            continue
-        try:
-            systems.update(build(wanted))
-        except Exception as error:  # e.g. faster-whisper not installed, no CTranslate2 model
-            missing.update({n: f"{type(error).__name__}: {error}" for n in wanted})
-    return {n: systems[n] for n in names if n in systems}, missing
 
 
 # --- measuring ------------------------------------------------------------------------------
