@@ -26,6 +26,7 @@ from whisper.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE
 from whisper.model import Whisper
 from whisper.tokenizer import get_tokenizer
 
+from . import batched
 from .decode_state import Prompt, Returning, Stats, text
 from .encoder import encode, encoder_dtype, encoder_frames
 from .events import DecodeOptions, DecodeResult, Segment, StepAttention, TokenEvent
@@ -54,7 +55,11 @@ def stream_transcribe(
     shown as they are chosen; when the window is then retried, skipped as silent or ends
     in an unfinished segment (decoded again by the next window), the transcript of the
     next event, or the result, no longer holds them."""
-    task = Transcription(model, audio, options or DecodeOptions())
+    options = options or DecodeOptions()
+    if batched.applies(options, len(audio)):
+        yield from batched.stream_batched(model, audio, options)
+        return
+    task = Transcription(model, audio, options)
     for window in task.windows():
         outcome = yield from task.decode(window)
         if outcome is not None:  # None: skipped as silent

@@ -105,6 +105,10 @@ class DecodeOptions:
     # fused kernel, so this costs time (the bench reports how much); off by default, and a
     # draft is not used while it is on (a draft pass would cover several steps at once).
     attention: bool = False
+    # Long audio in batches (batched.py): above 1, audio over 30 s is cut at Silero's pauses
+    # into pieces of at most 30 s, decoded this many at once (greedy, no prompt, no
+    # fallback). 0 or 1: the seek loop, window after window (transcribe's).
+    batch_size: int = 0
 
     def __post_init__(self):
         if self.cache not in CACHE_MODES:
@@ -112,6 +116,8 @@ class DecodeOptions:
         check_precision(self.precision, self.cache)
         if self.beam_size < 1:
             raise ValueError("beam_size must be at least 1")
+        if self.batch_size < 0:
+            raise ValueError("batch_size must be 0 (off) or more")
         object.__setattr__(self, "clip_timestamps", tuple(float(t) for t in self.clip_timestamps))
         if any(t < 0 for t in self.clip_timestamps):
             raise ValueError("clip_timestamps are seconds from the start: none below 0")
@@ -185,6 +191,11 @@ class TokenEvent:
     window_encoder_ms: float = 0.0  # the encoder time of this window's audio
     encoder_dtype: str = "float32"  # what the encoder computed in: "bfloat16" in the fast mode where the CPU has it
     attention: Optional[StepAttention] = field(default=None, compare=False)  # DecodeOptions.attention
+    # In batches (DecodeOptions.batch_size): the pieces this step decoded at once (its rows;
+    # each piece that has ended leaves), of the batch's pieces; 0 when not batched. The
+    # cache numbers are then of all the rows: self K/V per row, one audio's cross K/V per row.
+    batch_rows: int = 0
+    batch_pieces: int = 0
 
 
 @dataclass

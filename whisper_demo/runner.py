@@ -181,7 +181,8 @@ class DecoderRunner:
 
         self_kv: per layer (K, V) buffers [beams, heads, n_ctx or more, head_dim]; the new
         keys and values are written at those positions, and attention reads 0..offset+n-1.
-        cross_kv: per layer (K, V) [1, heads, n_audio_ctx, head_dim], shared by all beams.
+        cross_kv: per layer (K, V) [1, heads, n_audio_ctx, head_dim], shared by all beams;
+        or per layer ([K per row], [V per row]): each row reads its own audio (batched.py).
         cross_qk: a list to receive, per layer, the cross-attention logits (q.k / sqrt(d),
         float32, [1, heads, beams * n, n_audio_ctx]) that word timing reads. Asking for them
         computes that attention explicitly instead of with the fused kernel.
@@ -234,15 +235,11 @@ class DecoderRunner:
             # query rows of one batch, so the shared K/V are never copied per beam.
             h = b.cross_attn_ln(x)
             q = self._split_heads(b.cross_query(h).reshape(1, n_beams * n_new, -1))
-            if cross_qk is None and self.kind is not None and kernels.can_attend(q, k_cross, v_cross):
-                a = kernels.attend(q, k_cross, v_cross)  # float16 K/V (int8 mode), any rows
-            elif cross_qk is None:
-                a = F.scaled_dot_product_attention(q, k_cross.to(q.dtype), v_cross.to(q.dtype))
+            if isinstance(k_cross, list):  # a batch of pieces (batched.py): one audio per row
+                a = torch.cat([self._cross_attend(q[:, :, i * n_new:(i + 1) * n_new], k, v, cross_qk)
+                               for i, (k, v) in enumerate(zip(k_cross, v_cross))], dim=2)
             else:
-                k_cross, v_cross = k_cross.to(q.dtype), v_cross.to(q.dtype)  # float16 in int8 mode
-                qk = (q @ k_cross.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
-                cross_qk.append(qk)
-                a = qk.softmax(dim=-1).to(v_cross.dtype) @ v_cross
+                a = self._cross_attend(q, k_cross, v_cross, cross_qk)
             x = x + b.cross_out(self._merge_heads(a).reshape(n_beams, n_new, -1))
 
             x = x + b.mlp_out(b.mlp_hidden(b.mlp_ln(x)))
@@ -250,6 +247,18 @@ class DecoderRunner:
         if logit_positions is not None:
             x = x[:, logit_positions]
         return self.logits(self.ln(x)) if project else self.ln(x)
+
+    def _cross_attend(self, q: Tensor, k_cross: Tensor, v_cross: Tensor,
+                      cross_qk: Optional[List[Tensor]]) -> Tensor:
+        """q [1, heads, rows, head_dim] against one audio's K/V [1, heads, n_audio_ctx, head_dim]."""
+        if cross_qk is None and self.kind is not None and kernels.can_attend(q, k_cross, v_cross):
+            return kernels.attend(q, k_cross, v_cross)  # float16 K/V (int8 mode), any rows
+        if cross_qk is None:
+            return F.scaled_dot_product_attention(q, k_cross.to(q.dtype), v_cross.to(q.dtype))
+        k_cross, v_cross = k_cross.to(q.dtype), v_cross.to(q.dtype)  # float16 in int8 mode
+        qk = (q @ k_cross.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
+        cross_qk.append(qk)
+        return qk.softmax(dim=-1).to(v_cross.dtype) @ v_cross
 
     @staticmethod
     def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, offset: int, out: List[Tensor]) -> Tensor:

@@ -1,0 +1,171 @@
+"""Long audio in batches (whisper_demo/batched.py, pieces.py, batch_decode.py, batch_cache.py).
+
+- the cutting (pieces.speech_regions, pieces.cut_pieces) on tables: no model;
+- each piece's tokens in a batch equal decoding that piece alone (decode_window, the same
+  options) on real speech from ../shared/eval-dev with tiny.en, exact precision;
+- the stitched result: segments in order, inside the audio, through stream_transcribe.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from whisper_demo import pieces
+from whisper_demo.events import DecodeOptions
+
+EVAL_DEV = Path(__file__).resolve().parents[2] / "shared" / "eval-dev"
+SR = 16000
+S = SR  # one second in samples, for the tables
+
+
+# --- the cutting: pure ----------------------------------------------------------------------
+
+def test_voiced_runs_become_padded_regions_and_short_pauses_join():
+    # frames of 1 s: voice, a 1-frame pause (under min_pause) joins, a 2-frame pause splits
+    voiced = [True, True, False, True, False, False, True, False]
+    regions = pieces.speech_regions(voiced, S, n_samples=8 * S, min_pause=2 * S, pad=S // 10, min_speech=1)
+    assert regions == [(0, 4 * S + S // 10), (6 * S - S // 10, 7 * S + S // 10)]
+
+
+def test_a_click_is_not_speech_and_padding_stays_in_the_audio_and_off_the_neighbour():
+    voiced = [False, True, False, False, True, True, True]
+    regions = pieces.speech_regions(voiced, 100, n_samples=700, min_pause=150, pad=80, min_speech=200)
+    assert regions == [(320, 700)]  # the 1-frame click dropped; the pad stops at the end
+    close = pieces.speech_regions([True, False, False, True], 100, 400, min_pause=150, pad=150, min_speech=1)
+    assert close == [(0, 200), (200, 400)]  # each pad stops at the middle of the pause
+
+
+def test_regions_merge_greedily_up_to_the_limit():
+    regions = [(0, 5), (6, 10), (12, 20), (21, 29), (40, 45)]
+    assert pieces.cut_pieces(regions, 30) == [(0, 20), (21, 45)]
+    assert pieces.cut_pieces(regions, 100) == [(0, 45)]
+    assert pieces.cut_pieces([], 30) == []
+
+
+def test_a_full_piece_ends_in_the_longest_pause_of_its_second_half():
+    # pauses inside the first 30: 1 (at 10), 5 (at 20), 1 (at 26); the next region does not fit
+    regions = [(0, 10), (11, 20), (25, 26), (27, 29), (31, 40)]
+    assert pieces.cut_pieces(regions, 30) == [(0, 20), (25, 40)]
+    # the longest pause in the first half (8, at 2) is not taken: the piece would be short
+    regions = [(0, 2), (10, 20), (21, 28), (29, 35)]
+    assert pieces.cut_pieces(regions, 30) == [(0, 20), (21, 35)]
+
+
+def test_a_region_longer_than_the_limit_is_cut_into_parts():
+    assert pieces.cut_pieces([(0, 70), (75, 80)], 30) == [(0, 30), (30, 60), (60, 80)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pieces_cover_every_region_in_order_and_none_is_over_the_limit(seed):
+    rng = np.random.default_rng(seed)
+    edges = np.cumsum(rng.integers(1, 20 * S, size=40))
+    regions = [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
+    limit = 30 * S
+    cut = pieces.cut_pieces(regions, limit)
+    assert all(0 < end - start <= limit for start, end in cut)
+    assert all(a[1] <= b[0] for a, b in zip(cut, cut[1:]))
+    for start, end in regions:  # every region starts in a piece, and ends in one
+        assert any(s <= start < e for s, e in cut) and any(s < end <= e for s, e in cut)
+
+
+def test_batch_size_is_an_option_and_not_below_zero():
+    assert DecodeOptions().batch_size == 0
+    assert DecodeOptions(batch_size=8).batch_size == 8
+    with pytest.raises(ValueError, match="batch_size"):
+        DecodeOptions(batch_size=-1)
+
+
+def test_batches_only_where_they_apply():
+    from whisper_demo.batched import applies
+
+    long = 31 * SR
+    assert applies(DecodeOptions(batch_size=8), long)
+    assert not applies(DecodeOptions(batch_size=8), 29 * SR)  # one window: the seek loop
+    assert not applies(DecodeOptions(batch_size=1), long)
+    assert not applies(DecodeOptions(batch_size=8, beam_size=5), long)
+    assert not applies(DecodeOptions(batch_size=8, cache="hooks"), long)
+
+
+# --- on real speech -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def speech():
+    """About 100 s of the shared dev recordings, joined with half-second pauses."""
+    from whisper_demo.audio import load_audio
+
+    manifest = EVAL_DEV / "manifest.jsonl"
+    if not manifest.exists():
+        pytest.skip(f"no {manifest}: the shared dev recordings sit next to the checkout")
+    rows = [json.loads(line) for line in manifest.read_text().splitlines()]
+    pause = np.zeros(SR // 2, np.float32)
+    parts, seconds = [], 0.0
+    for row in rows:
+        if seconds >= 100:
+            break
+        parts += [load_audio(EVAL_DEV / row["audio"]), pause]
+        seconds += row["duration_s"] + 0.5
+    return np.concatenate(parts)
+
+
+def _alone_and_batched(model, audio, options, spans):
+    from whisper.tokenizer import get_tokenizer
+
+    from whisper_demo.batch_decode import BatchDecode
+    from whisper_demo.batched import piece_features
+    from whisper_demo.window_decode import decode_window
+
+    tokenizer = get_tokenizer(False, language="en", task="transcribe")
+    features = [piece_features(model, audio, span, options.precision) for span in spans]
+    decoding = BatchDecode(model, features, tokenizer, options, "en").steps()
+    rows = []
+    try:
+        while True:
+            rows.append(next(decoding).rows)
+    except StopIteration as done:
+        batched = done.value
+    alone = []
+    for f in features:
+        window = decode_window(model, f, tokenizer, options, "en", 0.0, previous_tokens=[])
+        try:
+            while True:
+                next(window)
+        except StopIteration as done:
+            alone.append(done.value)
+    return batched, alone, rows
+
+
+@pytest.mark.parametrize("timestamps", [True, False])
+def test_each_piece_in_a_batch_decodes_as_it_does_alone(tiny_model, speech, timestamps):
+    options = DecodeOptions(batch_size=8, timestamps=timestamps, language="en")
+    # short pieces: a full batch of 8 from this audio, ending at different steps
+    spans = pieces.audio_pieces(speech, max_seconds=10)[:8]
+    assert len(spans) == 8
+    batched, alone, rows = _alone_and_batched(tiny_model, speech, options, spans)
+    assert rows[0] == 8 and rows[-1] < 8  # rows left the batch as their pieces ended
+    assert sum(len(a.tokens) for a in alone) > 50 and all(a.tokens for a in alone)
+    for b, a in zip(batched, alone):
+        assert b.tokens == a.tokens
+        assert b.avg_logprob == a.avg_logprob  # the same numbers, not close ones
+        assert b.no_speech_prob == a.no_speech_prob
+
+
+def test_the_stitched_result_is_in_order_and_inside_the_audio(tiny_model, speech):
+    from whisper_demo.decode import stream_transcribe
+    from whisper_demo.events import DecodeResult, TokenEvent
+
+    items = list(stream_transcribe(tiny_model, speech, DecodeOptions(batch_size=8, language="en")))
+    result = items[-1]
+    events = items[:-1]
+    assert isinstance(result, DecodeResult) and all(isinstance(e, TokenEvent) for e in events)
+    assert events[0].batch_rows > 1 and events[0].batch_pieces >= events[0].batch_rows
+    assert events[0].cross_cache_bytes == events[0].batch_rows * 2 * 4 * 1500 * 384 * 4  # tiny.en, float32
+    assert len(result.segments) > 5 and "Montreal" in result.text
+    duration = len(speech) / SR
+    starts = [s.start for s in result.segments]
+    assert starts == sorted(starts)
+    for a, b in zip(result.segments, result.segments[1:]):
+        assert a.end <= b.start + 1e-9
+    assert all(0 <= s.start <= s.end <= duration for s in result.segments)
+    assert result.text == "".join(s.text for s in result.segments).strip()

@@ -1,0 +1,196 @@
+"""Long audio in batches (DecodeOptions.batch_size): pieces cut at pauses, B decoded at once.
+
+decode.stream_transcribe's seek loop decodes one 30 s window after another, because each
+window starts where the previous one's text ended. Here the audio is first cut at Silero's
+pauses into pieces of at most 30 s (pieces.py); the pieces are then independent, so B of
+them are decoded together (batch_decode.py): one decoder step reads the weights once for
+B pieces. The segments are stitched back with each piece's time offset into the
+DecodeResult that stream_transcribe returns, so the page, the downloads and the API take
+it as they are.
+
+Choices, and why:
+- No prompt: a piece is decoded without the text before it. The pieces of one batch are
+  decoded at the same time, so the text before all but the first is not known yet; giving
+  the previous batch's text to some rows would give the rows different prompt lengths
+  (positions), and a prompt is also what carries a hallucination from window to window.
+  faster-whisper's batched pipeline decodes its pieces without one too.
+- Greedy at temperature 0, no fallback: a fallback re-decodes one window at a time, which
+  is what batching avoids (faster-whisper batched uses the first temperature only too).
+  transcribe()'s no-speech rule still drops a piece judged silent.
+- Timestamp tokens as DecodeOptions.timestamps says (on by default): the logit filters
+  already work over rows, and they give a piece's segments their own times; without
+  them a piece is one segment spanning its audio.
+- Pieces are encoded one at a time: on a CPU the encoder is bound by arithmetic, not by
+  reading weights, so a batch saves little there; and alone each piece's features are
+  those of decoding it alone.
+- Each piece's tokens are those of decode_window on that piece alone, at temperature 0
+  with no prompt, in the exact precision (batch_cache.py says why; tests/test_batched.py
+  checks). In the int8 precision the vocabulary projection quantizes each call's rows
+  with one scale (runner.logits), so a row's logits depend on its batch: close, not equal.
+"""
+
+import time
+from typing import Iterator, List, Union
+
+import numpy as np
+import psutil
+import torch
+from whisper.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE
+from whisper.model import Whisper
+from whisper.tokenizer import get_tokenizer
+
+from .batch_decode import BatchDecode, BatchStep
+from .decode_state import Returning, Stats, text
+from .encoder import encode, encoder_dtype
+from .events import DecodeOptions, DecodeResult, Segment, TokenEvent
+from .pieces import Span, audio_pieces, piece_audio
+from .timing import add_word_timestamps
+from .window_decode import WindowOutcome
+from .windowing import LogMel, split_segments, unfinished_segment
+
+WINDOW_SAMPLES = N_FRAMES * HOP_LENGTH  # 30 s
+_process = psutil.Process()
+
+
+def applies(options: DecodeOptions, n_samples: int) -> bool:
+    """Whether stream_transcribe decodes in batches: asked for (batch_size > 1), audio over
+    one window, and what the batch decodes: the static cache, greedy, no attention view, no
+    clips, prefix or draft (those are the seek loop's)."""
+    return (options.batch_size > 1 and n_samples > WINDOW_SAMPLES and options.cache == "static"
+            and options.beam_size == 1 and not options.attention and not options.clip_timestamps
+            and not options.prefix_tokens and not options.draft_tokens)
+
+
+def piece_features(model: Whisper, audio: np.ndarray, piece: Span, precision: str) -> torch.Tensor:
+    """A piece's encoder output, as transcribe would compute it for the piece as a file:
+    its own log-mel (floored below its own maximum), zero-padded to 30 s."""
+    samples = piece_audio(audio, piece)
+    dtype = torch.float16 if model.decoder.token_embedding.weight.dtype == torch.float16 else torch.float32
+    mel = LogMel(samples, model.dims.n_mels).window(0, len(samples) // HOP_LENGTH)
+    return encode(model, mel.to(model.device, dtype).unsqueeze(0), precision)
+
+
+def piece_segments(outcome: WindowOutcome, piece: Span, tokenizer, n_samples: int) -> List[Segment]:
+    """A piece's tokens as timed segments in the audio (split_segments, and the words after
+    its last timestamp pair as a segment ending with the piece), kept inside the piece."""
+    offset, frames = piece[0] / SAMPLE_RATE, (piece[1] - piece[0]) // HOP_LENGTH
+    precision, stride = 0.02, 2  # seconds per timestamp; mel frames per timestamp
+    segments, _ = split_segments(outcome.tokens, tokenizer, offset, frames, precision, stride)
+    rest = unfinished_segment(outcome.tokens, segments, tokenizer, offset, frames, precision)
+    segments += [rest] if rest is not None else []
+    low, high = offset, min(piece[1], n_samples) / SAMPLE_RATE
+    ratio = outcome.compression_ratio(tokenizer)
+    for s in segments:
+        s.start, s.end = min(max(s.start, low), high), min(max(s.end, low), high)
+        s.end = max(s.start, s.end)
+        s.avg_logprob, s.compression_ratio = outcome.avg_logprob, ratio
+        s.no_speech_prob, s.temperature = outcome.no_speech_prob, 0.0
+    return [s for s in segments if s.text.strip()]
+
+
+def stream_batched(model: Whisper, audio: np.ndarray,
+                   options: DecodeOptions) -> Iterator[Union[TokenEvent, DecodeResult]]:
+    """stream_transcribe in batches: a TokenEvent per batch step, then the DecodeResult."""
+    run = BatchedTranscription(model, np.ascontiguousarray(audio, dtype=np.float32), options)
+    for index, batch in enumerate(run.batches()):
+        yield from run.decode(index, batch)
+    yield run.result()
+
+
+class BatchedTranscription:
+    """One stream_batched call: the pieces, the language, the segments kept, the totals."""
+
+    def __init__(self, model: Whisper, audio: np.ndarray, options: DecodeOptions):
+        self.model, self.audio, self.options = model, audio, options
+        self.stats = Stats()
+        self.pieces = audio_pieces(audio)
+        self.n_batches = -(-len(self.pieces) // options.batch_size)
+        self.language = options.language
+        self.tokenizer = None
+        self.segments: List[Segment] = []
+        self.kept_text = ""
+        self.step = 0
+        self.no_speech_prob = 0.0
+        self.last_speech_end = 0.0
+
+    def batches(self) -> Iterator[List[Span]]:
+        size = self.options.batch_size
+        for first in range(0, len(self.pieces), size):
+            yield self.pieces[first:first + size]
+
+    def decode(self, batch_index: int, batch: List[Span]) -> Iterator[TokenEvent]:
+        """Encode the batch's pieces, decode them together (an event per step), keep them."""
+        started = time.perf_counter()
+        features = [piece_features(self.model, self.audio, p, self.options.precision) for p in batch]
+        encoder_ms = (time.perf_counter() - started) * 1000
+        self.stats.encoder_ms += encoder_ms
+        self.stats.encoder_dtype = encoder_dtype(self.model, self.options.precision)
+        if self.tokenizer is None:
+            self._start_tokenizer(features[0])
+        decoding = Returning(BatchDecode(self.model, features, self.tokenizer, self.options,
+                                         self.language).steps())
+        for step in decoding:
+            yield self._event(step, batch, batch_index, encoder_ms)
+        self._keep(batch, decoding.value, features)
+
+    def _start_tokenizer(self, first_features: torch.Tensor) -> None:
+        model = self.model
+        if self.language is None:
+            if model.is_multilingual:
+                with torch.inference_mode():
+                    _, probs = model.detect_language(first_features)
+                self.language = max(probs[0], key=probs[0].get)
+            else:
+                self.language = "en"
+        self.tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages,
+                                       language=self.language, task=self.options.task)
+
+    def _event(self, step: BatchStep, batch: List[Span], batch_index: int, encoder_ms: float) -> TokenEvent:
+        """The TokenEvent of a batch step: the transcript so far (the batches before, then
+        each piece of this one as far as it has got), the cache of all its rows."""
+        tokenizer, stats = self.tokenizer, self.stats
+        written = " ".join(text(tokenizer, tokens).strip() for tokens in step.tokens)
+        transcript = (self.kept_text + " " + written).strip()
+        picked = next((t for t in step.picked if t >= 0), tokenizer.eot)
+        rss = _process.memory_info().rss
+        stats.latencies_ms.append(step.latency_ms)
+        stats.peak_rss = max(stats.peak_rss, rss)
+        stats.peak_self = max(stats.peak_self, step.self_cache_bytes)
+        stats.peak_cross = max(stats.peak_cross, step.cross_cache_bytes)
+        event = TokenEvent(
+            step=self.step, window=batch_index, token_id=picked, text="", transcript=transcript,
+            latency_ms=step.latency_ms, cache_tokens=step.cache_tokens,
+            cache_capacity=self.model.dims.n_text_ctx, self_cache_bytes=step.self_cache_bytes,
+            self_cache_reserved_bytes=step.self_cache_reserved_bytes,
+            cross_cache_bytes=step.cross_cache_bytes, rss_bytes=rss, cache_mode=self.options.cache,
+            beam_size=1, is_timestamp=picked >= tokenizer.timestamp_begin,
+            window_start=batch[0][0] / SAMPLE_RATE, window_end=batch[-1][1] / SAMPLE_RATE,
+            audio_seconds=len(self.audio) / SAMPLE_RATE, n_windows=self.n_batches,
+            prefill_tokens=step.prefill_tokens, window_encoder_ms=encoder_ms,
+            encoder_dtype=stats.encoder_dtype, batch_rows=step.rows, batch_pieces=len(batch))
+        self.step += 1
+        return event
+
+    def _keep(self, batch: List[Span], outcomes: List[WindowOutcome], features) -> None:
+        """Each piece's segments, unless transcribe's no-speech rule calls it silent."""
+        from .decode import _is_silent
+
+        options = self.options
+        for piece, outcome, piece_features_ in zip(batch, outcomes, features):
+            self.no_speech_prob = outcome.no_speech_prob
+            if _is_silent(outcome, options):
+                self.stats.skipped_windows += 1
+                continue
+            segments = piece_segments(outcome, piece, self.tokenizer, len(self.audio))
+            if options.word_timestamps and segments:
+                self.last_speech_end = add_word_timestamps(
+                    segments, self.model, self.tokenizer, piece_features_,
+                    (piece[1] - piece[0]) // HOP_LENGTH, piece[0] / SAMPLE_RATE, self.last_speech_end,
+                    probabilities=options.word_probabilities)
+            self.segments.extend(segments)
+        self.kept_text = text(self.tokenizer, [t for s in self.segments for t in s.tokens]).strip()
+
+    def result(self) -> DecodeResult:
+        return self.stats.result(self.kept_text, self.segments, self.language or "en", self.options,
+                                 self.no_speech_prob)
+
