@@ -169,3 +169,18 @@ def test_the_stitched_result_is_in_order_and_inside_the_audio(tiny_model, speech
         assert a.end <= b.start + 1e-9
     assert all(0 <= s.start <= s.end <= duration for s in result.segments)
     assert result.text == "".join(s.text for s in result.segments).strip()
+
+
+def test_the_panel_shows_the_batch_and_its_cache_bytes(tiny_model, speech):
+    from whisper_demo.decode import stream_transcribe
+    from whisper_demo.ui.render.panel import panel_html
+
+    stream = stream_transcribe(tiny_model, speech, DecodeOptions(batch_size=8, language="en"))
+    event = next(iter(stream))
+    stream.close()
+    shown = panel_html(event, tiny_model, latencies_ms=[event.latency_ms])
+    rows = event.batch_rows
+    assert f"batch of {rows}" in shown and f"{rows} of its {event.batch_pieces} pieces at once" in shown
+    assert f"× {rows} pieces × 4 B" in shown  # the self K/V formula, a row per piece
+    assert f"✓ formula × {rows} pieces (one audio each)" in shown  # the cross K/V
+    assert "≠ formula" not in shown

@@ -150,21 +150,24 @@ def test_a_side_not_measured_fails_its_target(missing):
     assert verdict.text.startswith("NOT met") and f"not measured ({missing})" in verdict.text
 
 
-def test_the_batched_targets_say_whisper_kv_has_no_batched_mode_and_fail():
-    measures = {("long", "fw-batched-int8"): measure("fw-batched-int8", 5.0, [2] * 40)}
-    verdicts = [judge(t, measures) for t in e2e.TARGETS if t.ours.startswith("batched")]
-    assert len(verdicts) == 2
-    for verdict in verdicts:
-        assert not verdict.met
-        assert "not measured: whisper-kv has no batched mode yet" in verdict.text
-        assert "met" not in verdict.text.replace("NOT met", "")
+def test_the_batched_targets_compare_whisper_kv_batched_with_faster_whisper_batched():
+    measures = {("long", "fw-batched-int8"): measure("fw-batched-int8", 5.0, [2] * 40),
+                ("long", "batched-fast"): measure("batched-fast", 4.0, [1] * 40)}
+    verdicts = {t.ours: judge(t, measures) for t in e2e.TARGETS if t.ours.startswith("batched")}
+    assert set(verdicts) == {"batched", "batched-fast"}
+    assert verdicts["batched-fast"].met  # faster and fewer errors
+    assert not verdicts["batched"].met and "not measured (batched, fw-batched-float32)" in verdicts["batched"].text
+    slower = {**measures, ("long", "batched-fast"): measure("batched-fast", 6.0, [1] * 40)}
+    assert not judge(next(t for t in e2e.TARGETS if t.ours == "batched-fast"), slower).met
 
 
 def test_every_target_names_its_systems_and_its_rule():
     lines = [describe_target(t) for t in e2e.TARGETS]
     assert "long: whisper-kv exact <= 0.5x faster-whisper float32 greedy, WER not worse" in lines[0]
     assert lines[2] == "separate: whisper-kv fast (int8) <= 0.6x faster-whisper int8 greedy"
-    assert "batched (8) int8, lower WER" in lines[4]
+    assert lines[4] == ("long: whisper-kv batched (8) exact <= 1x faster-whisper batched (8) float32, "
+                        "lower WER")
+    assert "batched (8) int8, lower WER" in lines[5]
 
 
 def test_the_table_says_which_systems_were_not_measured():

@@ -17,7 +17,7 @@ NON_DEFAULT = dict(cache="off", beam_size=3, precision="int8", language="de", ta
                    reset_prompt_after_silence=True, detect_language_from_window=True,
                    max_tokens_per_window=50, single_window=True, word_timestamps=True, word_probabilities=True, draft_tokens=(50364, 440),
                    prefix_tokens=(50364, 1002),
-                   attention=True, encode_audio_only=True, fallback_keeps_best=True)
+                   attention=True, encode_audio_only=True, fallback_keeps_best=True, batch_size=8)
 
 
 def test_the_table_names_every_field():

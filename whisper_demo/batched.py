@@ -49,6 +49,7 @@ from .window_decode import WindowOutcome
 from .windowing import LogMel, split_segments, unfinished_segment
 
 WINDOW_SAMPLES = N_FRAMES * HOP_LENGTH  # 30 s
+DEFAULT_BATCH_SIZE = 8  # the page's "Long files in batches": faster-whisper batched's size in bench e2e
 _process = psutil.Process()
 
 

@@ -1,4 +1,5 @@
-"""The systems `bench e2e` times (e2e.py): whisper-kv in both precisions, openai-whisper's
+"""The systems `bench e2e` times (e2e.py): whisper-kv in both precisions (sequential and
+in batches), openai-whisper's
 transcribe and faster-whisper (sequential and batched) on the same weights, each a function
 from a float32 16 kHz array to its text and the text tokens it wrote."""
 
@@ -12,6 +13,8 @@ BATCH_SIZE = 8
 SYSTEMS = {
     "exact": "whisper-kv exact",
     "fast": "whisper-kv fast (int8)",
+    "batched": f"whisper-kv batched ({BATCH_SIZE}) exact",
+    "batched-fast": f"whisper-kv batched ({BATCH_SIZE}) fast (int8)",
     "openai": "openai-whisper transcribe",
     "fw-int8": "faster-whisper int8 greedy",
     "fw-float32": "faster-whisper float32 greedy",
@@ -37,15 +40,17 @@ def whisper_kv_systems(model_name: str, wanted: Sequence[str]) -> Dict[str, Syst
     model = load_model(model_name, progress=False)
     eot = _eot(model.is_multilingual)
 
-    def system(precision: str) -> System:
-        options = DecodeOptions(precision=precision, language="en")  # transcribe()'s defaults otherwise
+    def system(precision: str, batch_size: int = 0) -> System:
+        # transcribe()'s defaults otherwise
+        options = DecodeOptions(precision=precision, language="en", batch_size=batch_size)
 
         def run(audio: np.ndarray) -> Output:
             result = transcribe(model, audio, options)
             return Output(result.text, sum(1 for t in result.tokens if t < eot))
         return run
-    return {name: system(precision) for name, precision in (("exact", "exact"), ("fast", "int8"))
-            if name in wanted}
+    kinds = {"exact": ("exact", 0), "fast": ("int8", 0), "batched": ("exact", BATCH_SIZE),
+             "batched-fast": ("int8", BATCH_SIZE)}
+    return {name: system(*kinds[name]) for name in kinds if name in wanted}
 
 
 def openai_system(model_name: str) -> System:
@@ -107,7 +112,7 @@ def _eot(multilingual: bool) -> int:
 def make_systems(names: Sequence[str], model_name: str, threads: int) -> Tuple[Dict[str, System], Dict[str, str]]:
     """The systems asked for that could be set up, and why each other one could not."""
     builders = [
-        (("exact", "fast"), lambda wanted: whisper_kv_systems(model_name, wanted)),
+        (("exact", "fast", "batched", "batched-fast"), lambda wanted: whisper_kv_systems(model_name, wanted)),
         (("openai",), lambda wanted: {"openai": openai_system(model_name)}),
         (tuple(n for n in SYSTEMS if n.startswith("fw-")),
          lambda wanted: faster_whisper_systems(model_name, wanted, threads)),

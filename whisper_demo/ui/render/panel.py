@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 from whisper.audio import N_FRAMES
 
@@ -76,6 +76,16 @@ class _Shown:
     rss: int
     rss_sub: str
     status: str
+    # in batches (DecodeOptions.batch_size): the pieces the step decoded at once, each a
+    # row of the self cache with its own cross K/V; 0 when not batched
+    batch: int = 0
+
+    @property
+    def rows(self) -> Tuple[int, str]:
+        """The cache's rows and what each is: the batch's pieces, or the beams."""
+        if self.batch:
+            return self.batch, "piece" if self.batch == 1 else "pieces"
+        return self.beams, "beam" if self.beams == 1 else "beams"
 
 
 def panel_html(item: Optional[Item], model, *, latencies_ms: Optional[Sequence[float]] = None,
@@ -113,12 +123,17 @@ def _finished(result: DecodeResult, last_event: Optional[TokenEvent], status: st
     lat["mean"], lat["p95"] = result.mean_latency_ms, result.p95_latency_ms
     lat["tps"] = result.tokens_per_second
     return _Shown(result, last_event, lat, result.cache_mode, result.beam_size, result.n_tokens,
-                  fmt_ms(result.encoder_ms), result.peak_rss_bytes, "peak resident memory", status or "done")
+                  fmt_ms(result.encoder_ms), result.peak_rss_bytes, "peak resident memory", status or "done",
+                  last_event.batch_rows if last_event is not None else 0)
 
 
 def _streaming(item: TokenEvent, latencies_ms: Optional[Sequence[float]], encoder_ms: Optional[float],
                status: str) -> _Shown:
     lat = latency_summary(latencies_ms if latencies_ms is not None else [item.latency_ms])
+    if not status and item.batch_rows:
+        status = (f"decoding batch {item.window + 1} of {item.n_windows}: {item.batch_rows} of its "
+                  f"{item.batch_pieces} pieces at once · {fmt_clock(item.window_start)}–"
+                  f"{fmt_clock(item.window_end)} of {fmt_clock(item.audio_seconds)}")
     if not status and item.n_windows > 1:
         # the count is an estimate: a window ends at its last timestamp, not at 30 s
         status = (f"decoding window {item.window + 1} of about {item.n_windows} · "
@@ -126,14 +141,15 @@ def _streaming(item: TokenEvent, latencies_ms: Optional[Sequence[float]], encode
                   f"{fmt_clock(item.audio_seconds)}")
     encoder = fmt_ms(encoder_ms) if encoder_ms is not None else "—"
     return _Shown(None, item, lat, item.cache_mode, item.beam_size, item.step + 1, encoder, item.rss_bytes,
-                  "resident memory now", status or "decoding…")
+                  "resident memory now", status or "decoding…", item.batch_rows)
 
 
 def _header(shown: _Shown, color: str) -> str:
     mode = shown.mode
     return (
         f'<div class="wk-head"><span class="wk-badge" style="background:{color}">'
-        f'{html.escape(series_label(mode, shown.beams))}</span>'
+        f'{html.escape(series_label(mode, shown.beams))}'
+        f'{f" · batch of {shown.batch}" if shown.batch else ""}</span>'
         f'<span class="wk-blurb" title="{html.escape(MODE_TERMS.get(mode, ""))}">'
         f'{html.escape(MODE_BLURB.get(mode, ""))}</span>'
         f'<span class="wk-status">{html.escape(shown.status)}</span></div>'
@@ -163,13 +179,14 @@ def _length_tile(shown: _Shown, dims, color: str) -> str:
 def _self_tile(shown: _Shown, model, elem: int) -> List[str]:
     """The self-attention K/V tile: measured beside its formula while streaming, the peak
     of a finished run (none for a result without it)."""
-    event, beams, dims = shown.event, shown.beams, model.dims
+    event, dims = shown.event, model.dims
+    rows, what = shown.rows
     if event is None:
         return [_tile("Self-attention K/V", fmt_bytes(shown.result.peak_self_cache_bytes), "peak")]
     measured, tokens = event.self_cache_bytes, event.cache_tokens
-    formula = self_cache_bytes(model, tokens, beams, elem)
+    formula = self_cache_bytes(model, tokens, rows, elem)
     formula_text = (f'<span title="{D_TERM}">2 × {dims.n_text_layer} layers × {dims.n_text_state} d × '
-                    f"{tokens} tok × {beams} beam{'s' if beams > 1 else ''} × {elem} B = "
+                    f"{tokens} tok × {rows} {what} × {elem} B = "
                     f"{fmt_bytes(formula)}</span>")
     sub = f"{_check(measured, formula)} {formula_text}"
     if event.self_cache_reserved_bytes > measured:
@@ -189,7 +206,8 @@ def _encoded_positions(event: TokenEvent, dims) -> int:
 
 
 def _cross_tile(shown: _Shown, model, elem: int) -> str:
-    event, result, mode, beams, dims = shown.event, shown.result, shown.mode, shown.beams, model.dims
+    event, result, mode, dims = shown.event, shown.result, shown.mode, model.dims
+    beams, what = shown.rows
     cross_measured = event.cross_cache_bytes if event is not None else (
         result.peak_cross_cache_bytes if result is not None else 0)
 
@@ -217,7 +235,8 @@ def _cross_tile(shown: _Shown, model, elem: int) -> str:
     if mode == "off":
         cross_sub = f"none kept: {fmt_bytes(cross_formula)} projected again every step"
     elif cross_measured == cross_formula * beams and beams > 1:
-        cross_sub = f'<span class="wk-ok">✓ formula × {beams} beams</span> {cross_text}'
+        each = " (one audio each)" if shown.batch else ""
+        cross_sub = f'<span class="wk-ok">✓ formula × {beams} {what}{each}</span> {cross_text}'
     else:
         cross_sub = f"{_check(cross_measured, cross_formula)} {cross_text}"
     return _tile("Cross-attention K/V", fmt_bytes(cross_measured), cross_sub)

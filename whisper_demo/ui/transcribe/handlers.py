@@ -52,6 +52,7 @@ from ...audio import SAMPLE_RATE, AudioError, describe, load_audio
 from ...decode import stream_transcribe
 from ...events import DecodeOptions, DecodeResult, TokenEvent
 from ...limits import LimitExceeded, check_decode_budget
+from ...batched import DEFAULT_BATCH_SIZE
 from ...options import decode_options, effective_mode
 from ...transcript_files import api_segments, figures, transcribe_result, write_transcript
 from ..render import attention_view, panel, run_chart
@@ -115,12 +116,15 @@ class TranscribeTab:
             raise gr.Error(str(exc), title="Too large for this server") from exc
 
     def _options(self, model, cache_on, mode, beam, language, timestamps,
-                 attention=False, seed=None, words=None) -> DecodeOptions:
+                 attention=False, seed=None, words=None, batched=None) -> DecodeOptions:
         """The page's choices over the command line's options (options.decode_options).
-        seed, words (word timestamps) None: not given, the command line's."""
+        seed, words (word timestamps), batched (long files in batches) None: not given,
+        the command line's."""
         chosen = {} if seed is None else {"seed": seed}
         if words is not None:
             chosen["word_timestamps"] = bool(words)
+        if batched is not None:
+            chosen["batch_size"] = DEFAULT_BATCH_SIZE if batched else 0
         try:
             return decode_options(self.defaults.options, cache_on=cache_on, mode=mode, beam_size=beam,
                                   language=language, timestamps=bool(timestamps),
@@ -216,15 +220,18 @@ class TranscribeTab:
 
     def transcribe(self, audio, cache_on=True, mode="static", beam=1, language="auto",
                    timestamps=True, model_name=None, previous=None, attention=False, layer="all",
-                   seed=None, words=None, progress=gr.Progress(track_tqdm=True), request: gr.Request = None):
+                   seed=None, words=None, batched=None, progress=gr.Progress(track_tqdm=True),
+                   request: gr.Request = None):
         """attention: the "Inside the cache" view is open, so this run computes its
         attention weights (explicitly, at a cost) and the view draws them; layer: the
         view's layer choice (attention_view.layer_choices); seed: Advanced's (a number,
         options.RANDOM_SEED for random; None: the command line's); words: word timestamps
-        (None: the command line's), which make the subtitles word-level."""
+        (None: the command line's), which make the subtitles word-level; batched: "Long
+        files in batches" (batched.py; used for files over 30 s)."""
         model = self._model(model_name, progress)
         samples = self._audio(audio)
-        options = self._options(model, cache_on, mode, beam, language, timestamps, attention, seed, words)
+        options = self._options(model, cache_on, mode, beam, language, timestamps, attention, seed, words,
+                                batched)
         self._check_budget(samples, options.beam_size)
         label = series_label(options.cache, options.beam_size)
         prev = None
@@ -242,7 +249,8 @@ class TranscribeTab:
 
     def compare(self, audio, cache_on=True, mode="static", beam=1, language="auto",
                 timestamps=True, model_name=None, previous=None, attention=False, layer="all",
-                seed=None, words=None, progress=gr.Progress(track_tqdm=True), request: gr.Request = None):
+                seed=None, words=None, batched=None, progress=gr.Progress(track_tqdm=True),
+                request: gr.Request = None):
         """The same audio twice: with the chosen cache (static if the switch is off), then
         without. Both curves on one chart, both totals, the speedup, identical-tokens badge.
         The panel ends on the run whose mode the KV cache box shows (the cached run when it
@@ -251,8 +259,8 @@ class TranscribeTab:
         model = self._model(model_name, progress)
         samples = self._audio(audio)
         # seeded alike: a window that falls back draws from the same seed in both runs
-        on = self._options(model, True, mode, beam, language, timestamps, attention, seed, words)
-        off = self._options(model, False, mode, beam, language, timestamps, attention, seed, words)
+        on = self._options(model, True, mode, beam, language, timestamps, attention, seed, words, batched)
+        off = self._options(model, False, mode, beam, language, timestamps, attention, seed, words, batched)
         self._check_budget(samples, on.beam_size, runs=2)
         series: dict = {}
         results = []

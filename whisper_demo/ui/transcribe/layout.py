@@ -74,6 +74,10 @@ def _input_column(ui: TranscribeComponents, defaults: Defaults, default_model) -
                                   elem_id="attn_toggle",
                                   info="attention over the cache and the audio, drawn as tokens "
                                        "stream; computed only while this is ticked (slower)")
+    ui.batched = gr.Checkbox(value=opts.batch_size > 1, label="Long files in batches", elem_id="batched_toggle",
+                             info="files over 30 s: cut at pauses into pieces of at most 30 s, "
+                                  "8 decoded at once (greedy, no prompt: faster, not transcribe's "
+                                  "window-by-window result); the panel shows the batch")
     with gr.Row():
         ui.run_btn = gr.Button("Transcribe", variant="primary", elem_id="run_btn", scale=2, min_width=90)
         ui.compare_btn = gr.Button("Compare", elem_id="compare_btn", scale=2, min_width=90)
@@ -140,7 +144,7 @@ def _output_column(ui: TranscribeComponents, default_model) -> None:
 
 def _decode_inputs(ui: TranscribeComponents) -> list:
     return [ui.audio, ui.cache_on, ui.mode, ui.beam, ui.language, ui.timestamps, ui.model_dd, ui.previous,
-            ui.attention_on, ui.layer, ui.seed, ui.words]
+            ui.attention_on, ui.layer, ui.seed, ui.words, ui.batched]
 
 
 def _wire_decodes(tab: TranscribeTab, ui: TranscribeComponents, defaults: Defaults) -> list:
