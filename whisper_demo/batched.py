@@ -14,9 +14,12 @@ Choices, and why:
   the previous batch's text to some rows would give the rows different prompt lengths
   (positions), and a prompt is also what carries a hallucination from window to window.
   faster-whisper's batched pipeline decodes its pieces without one too.
-- Greedy at temperature 0, no fallback: a fallback re-decodes one window at a time, which
-  is what batching avoids (faster-whisper batched uses the first temperature only too).
-  transcribe()'s no-speech rule still drops a piece judged silent.
+- Greedy at temperature 0 in the batch. A piece whose decode is a loop (all its tokens
+  used, and over transcribe()'s compression ratio threshold) is decoded again alone at
+  rising temperatures, as transcribe does (DecodeOptions.temperature_fallback); other
+  failures of transcribe's tests are kept (BatchedTranscription._fallback says why;
+  faster-whisper's batched pipeline keeps its first decode of every piece).
+  transcribe()'s no-speech rule drops a silent piece.
 - Timestamp tokens as DecodeOptions.timestamps says (on by default): the logit filters
   already work over rows, and they give a piece's segments their own times; without
   them a piece is one segment spanning its audio.
@@ -45,7 +48,7 @@ from .encoder import encode, encoder_dtype
 from .events import DecodeOptions, DecodeResult, Segment, TokenEvent
 from .pieces import Span, audio_pieces, piece_audio
 from .timing import add_word_timestamps
-from .window_decode import WindowOutcome
+from .window_decode import WindowOutcome, decode_window
 from .windowing import LogMel, split_segments, unfinished_segment
 
 WINDOW_SAMPLES = N_FRAMES * HOP_LENGTH  # 30 s
@@ -113,6 +116,9 @@ class BatchedTranscription:
         self.step = 0
         self.no_speech_prob = 0.0
         self.last_speech_end = 0.0
+        # the fallback's draws, as Transcription's (DecodeOptions.seed)
+        self.generator = (None if options.seed is None
+                          else torch.Generator(model.device).manual_seed(options.seed))
 
     def batches(self) -> Iterator[List[Span]]:
         size = self.options.batch_size
@@ -173,11 +179,13 @@ class BatchedTranscription:
         return event
 
     def _keep(self, batch: List[Span], outcomes: List[WindowOutcome], features) -> None:
-        """Each piece's segments, unless transcribe's no-speech rule calls it silent."""
+        """Each piece's segments (decoded again where its greedy decode failed transcribe's
+        tests), unless transcribe's no-speech rule calls it silent."""
         from .decode import _is_silent
 
         options = self.options
         for piece, outcome, piece_features_ in zip(batch, outcomes, features):
+            outcome = self._fallback(piece_features_, outcome)
             self.no_speech_prob = outcome.no_speech_prob
             if _is_silent(outcome, options):
                 self.stats.skipped_windows += 1
@@ -190,6 +198,36 @@ class BatchedTranscription:
                     probabilities=options.word_probabilities)
             self.segments.extend(segments)
         self.kept_text = text(self.tokenizer, [t for s in self.segments for t in s.tokens]).strip()
+
+    def _fallback(self, features: torch.Tensor, outcome: WindowOutcome) -> WindowOutcome:
+        """transcribe()'s temperature fallback, for a piece whose greedy decode is a loop:
+        the piece alone (decode_window) at 0.2, 0.4, ... until an attempt is not; if none
+        is, the least repetitive. A loop here is a decode that used all its tokens (224
+        for 30 s at most, where speech has ~120) and is too repetitive (transcribe's
+        compression ratio test); transcribe's tests alone also fire on speech that repeats
+        itself (the dev set's "Montreal forced aligner" recordings, ratios of 2.9 and 3.7)
+        and on hard speech (log probability), where sampling seldom helps, and retrying
+        those took the decoder of a 185 s file from 4.7 s to 17 s (tiny.en)."""
+        from .decode import FALLBACK_TEMPERATURES
+
+        tried = [outcome]
+        for temperature in FALLBACK_TEMPERATURES[1:]:
+            if not self._looped(outcome):
+                return outcome
+            attempt = Returning(decode_window(self.model, features, self.tokenizer, self.options,
+                                              self.language, temperature, [], generator=self.generator))
+            self.stats.latencies_ms.extend(step.latency_ms for step in attempt)
+            outcome = attempt.value
+            tried.append(outcome)
+        return outcome if not self._looped(outcome) else min(
+            tried, key=lambda o: o.compression_ratio(self.tokenizer))
+
+    def _looped(self, outcome: WindowOutcome) -> bool:
+        options, threshold = self.options, self.options.compression_ratio_threshold
+        sample_len = options.max_tokens_per_window or self.model.dims.n_text_ctx // 2
+        return (options.temperature_fallback and threshold is not None and not outcome.silent
+                and len(outcome.tokens) >= sample_len
+                and outcome.compression_ratio(self.tokenizer) > threshold)
 
     def result(self) -> DecodeResult:
         return self.stats.result(self.kept_text, self.segments, self.language or "en", self.options,
