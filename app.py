@@ -129,6 +129,11 @@ def parser() -> argparse.ArgumentParser:
                         "off. The page can switch it per run. Default static")
     p.add_argument("--beam-size", type=int, default=1, metavar="N",
                    help="initial beam size (1 = greedy). Default 1")
+    p.add_argument("--batch-size", type=int, default=0, metavar="N",
+                   help="long files in batches: audio over 30 s cut at Silero's pauses into pieces "
+                        "of at most 30 s, N decoded at once (greedy, no prompt; whisper_demo/"
+                        "batched.py). 0: off, window after window as transcribe. The page's switch "
+                        "starts on when N > 1 and then uses N. Default 0")
     p.add_argument("--precision", choices=PRECISIONS, default="exact",
                    help="exact: the model's own weights, tokens equal openai-whisper's. int8: the "
                         "fast mode, the vocabulary projection as an int8 matmul (CPU; static and "
@@ -315,6 +320,8 @@ def main(argv=None) -> int:
 
     if args.beam_size < 1:
         fail("--beam-size must be at least 1")
+    if args.batch_size < 0:
+        fail("--batch-size must be 0 (off) or more")
     device = _check_device(args.device)
     if not args.mic:
         host, port = listen_address(args.host, args.port)
@@ -329,7 +336,7 @@ def main(argv=None) -> int:
     # The page's starting choices and the terminal mic's options, by the same rule as the page.
     try:
         options = decode_options(DecodeOptions(), cache=args.cache, beam_size=args.beam_size,
-                                 precision=args.precision, seed=args.seed)
+                                 precision=args.precision, seed=args.seed, batch_size=args.batch_size)
     except ValueError as exc:
         fail(str(exc))
     if options.precision != args.precision:
@@ -343,7 +350,9 @@ def main(argv=None) -> int:
     except (OSError, RuntimeError) as exc:  # unreadable checkpoint, out of memory, no network
         fail(f"could not load model {args.model!r}: {exc}")
     try:
-        live_options = decode_options(options, precision=args.live_precision or live_precision(model))
+        # batches are for files: a live session decodes its buffer window by window
+        live_options = decode_options(options, precision=args.live_precision or live_precision(model),
+                                      batch_size=0)
     except ValueError as exc:
         fail(f"--live-precision: {exc}")
 

@@ -189,6 +189,15 @@ def test_the_stitched_result_is_in_order_and_inside_the_audio(tiny_model, speech
     assert result.text == "".join(s.text for s in result.segments).strip()
 
 
+def test_audio_without_speech_gives_an_empty_result(tiny_model):
+    from whisper_demo.decode import transcribe
+
+    rng = np.random.default_rng(0)
+    hiss = (rng.standard_normal(40 * SR) * 1e-4).astype(np.float32)
+    result = transcribe(tiny_model, hiss, DecodeOptions(batch_size=8, language="en"))
+    assert result.text == "" and result.segments == [] and result.n_tokens == 0
+
+
 def test_the_panel_shows_the_batch_and_its_cache_bytes(tiny_model, speech):
     from whisper_demo.decode import stream_transcribe
     from whisper_demo.ui.render.panel import panel_html
@@ -202,3 +211,35 @@ def test_the_panel_shows_the_batch_and_its_cache_bytes(tiny_model, speech):
     assert f"× {rows} pieces × 4 B" in shown  # the self K/V formula, a row per piece
     assert f"✓ formula × {rows} pieces (one audio each)" in shown  # the cross K/V
     assert "≠ formula" not in shown
+
+
+class _Session:
+    """What Gradio passes as gr.Request, as far as the handlers read it."""
+
+    def __init__(self, session_hash):
+        self.session_hash = session_hash
+
+
+def test_the_page_switch_decodes_in_batches_and_the_subtitles_follow(tiny_model, speech, tmp_path):
+    import soundfile
+
+    from whisper_demo.ui import Defaults, ModelStore, build_app
+    from whisper_demo.ui.session_files import remove_session_files
+
+    store = ModelStore(device="cpu")
+    store.put("tiny.en", tiny_model)
+    app = build_app(store, Defaults(model="tiny.en", max_audio_seconds=300))
+    path = tmp_path / "long.wav"
+    soundfile.write(path, speech, SR)
+    session = _Session("batched0test")
+    try:
+        updates = list(app.transcribe_tab.transcribe(str(path), True, "static", 1, "auto", True, "tiny.en",
+                                                     batched=True, request=session))
+        transcript, final_panel, files = updates[-1][0], updates[-1][1], updates[-1][7]
+        assert "Montreal" in transcript
+        assert any("pieces at once" in u[1] for u in updates[:-1])  # streamed: the batch in the panel
+        assert "batch of" in final_panel
+        srt = open(next(p for p in files["value"] if p.endswith(".srt")), encoding="utf-8").read()
+        assert srt.count(" --> ") > 5
+    finally:
+        remove_session_files(session)

@@ -45,7 +45,7 @@ from whisper.tokenizer import get_tokenizer
 from .batch_decode import BatchDecode, BatchStep
 from .decode_state import Returning, Stats, text
 from .encoder import encode, encoder_dtype
-from .events import DecodeOptions, DecodeResult, Segment, TokenEvent
+from .events import TIMESTAMP_SECONDS, DecodeOptions, DecodeResult, Segment, TokenEvent
 from .pieces import Span, audio_pieces, piece_audio
 from .timing import add_word_timestamps
 from .window_decode import WindowOutcome, decode_window
@@ -78,9 +78,9 @@ def piece_segments(outcome: WindowOutcome, piece: Span, tokenizer, n_samples: in
     """A piece's tokens as timed segments in the audio (split_segments, and the words after
     its last timestamp pair as a segment ending with the piece), kept inside the piece."""
     offset, frames = piece[0] / SAMPLE_RATE, (piece[1] - piece[0]) // HOP_LENGTH
-    precision, stride = 0.02, 2  # seconds per timestamp; mel frames per timestamp
-    segments, _ = split_segments(outcome.tokens, tokenizer, offset, frames, precision, stride)
-    rest = unfinished_segment(outcome.tokens, segments, tokenizer, offset, frames, precision)
+    stride = 2  # mel frames per timestamp step (and per encoder position)
+    segments, _ = split_segments(outcome.tokens, tokenizer, offset, frames, TIMESTAMP_SECONDS, stride)
+    rest = unfinished_segment(outcome.tokens, segments, tokenizer, offset, frames, TIMESTAMP_SECONDS)
     segments += [rest] if rest is not None else []
     low, high = offset, min(piece[1], n_samples) / SAMPLE_RATE
     ratio = outcome.compression_ratio(tokenizer)
@@ -88,7 +88,7 @@ def piece_segments(outcome: WindowOutcome, piece: Span, tokenizer, n_samples: in
         s.start, s.end = min(max(s.start, low), high), min(max(s.end, low), high)
         s.end = max(s.start, s.end)
         s.avg_logprob, s.compression_ratio = outcome.avg_logprob, ratio
-        s.no_speech_prob, s.temperature = outcome.no_speech_prob, 0.0
+        s.no_speech_prob, s.temperature = outcome.no_speech_prob, outcome.temperature
     return [s for s in segments if s.text.strip()]
 
 

@@ -124,7 +124,9 @@ class TranscribeTab:
         if words is not None:
             chosen["word_timestamps"] = bool(words)
         if batched is not None:
-            chosen["batch_size"] = DEFAULT_BATCH_SIZE if batched else 0
+            # on: the command line's --batch-size where it gave one, else faster-whisper's 8
+            base = self.defaults.options.batch_size
+            chosen["batch_size"] = (base if base > 1 else DEFAULT_BATCH_SIZE) if batched else 0
         try:
             return decode_options(self.defaults.options, cache_on=cache_on, mode=mode, beam_size=beam,
                                   language=language, timestamps=bool(timestamps),
