@@ -24,6 +24,12 @@ S = SR  # one second in samples, for the tables
 
 # --- the cutting: pure ----------------------------------------------------------------------
 
+def test_voice_starts_above_the_threshold_and_holds_until_it_falls_below_the_lower_one():
+    # live/vad.py's THRESHOLD 0.3 and NEG_THRESHOLD 0.15
+    assert pieces.voiced_frames([0.1, 0.35, 0.2, 0.16, 0.1, 0.29, 0.3]) == [
+        False, True, True, True, False, False, True]
+
+
 def test_voiced_runs_become_padded_regions_and_short_pauses_join():
     # frames of 1 s: voice, a 1-frame pause (under min_pause) joins, a 2-frame pause splits
     voiced = [True, True, False, True, False, False, True, False]

@@ -76,11 +76,6 @@ class VoiceDetector:
                     self.last_voice_end = self._frames * FRAME
 
     @property
-    def voiced(self) -> List[bool]:
-        """The decisions kept, one per frame from the first not forgotten (a copy)."""
-        return list(self._voiced)
-
-    @property
     def scored_until(self) -> int:
         """Stream sample up to which frames have been scored."""
         return self._frames * FRAME
