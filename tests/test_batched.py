@@ -12,9 +12,11 @@ from pathlib import Path
 import jiwer
 import numpy as np
 import pytest
+import torch
 from whisper.tokenizer import get_tokenizer
 
 from whisper_demo import pieces
+from whisper_demo.batched import batch_features, piece_features
 from whisper_demo.events import DecodeOptions
 
 EVAL_DEV = Path(__file__).resolve().parents[2] / "shared" / "eval-dev"
@@ -118,13 +120,16 @@ def speech():
 
 
 def _alone_and_batched(model, audio, options, spans):
+    """Each piece decoded in a batch (encoded in one call, as batched.py does) and alone
+    (encoded alone, decode_window): the batch's outcomes, the alone ones, the batch's rows
+    per step."""
     from whisper_demo.batch_decode import BatchDecode
-    from whisper_demo.batched import piece_features
     from whisper_demo.window_decode import decode_window
 
     tokenizer = get_tokenizer(False, language="en", task="transcribe")
     features = [piece_features(model, audio, span, options.precision) for span in spans]
-    decoding = BatchDecode(model, features, tokenizer, options, "en").steps()
+    together = batch_features(model, audio, spans, options.precision)
+    decoding = BatchDecode(model, together, tokenizer, options, "en").steps()
     rows = []
     try:
         while True:
@@ -151,6 +156,8 @@ def test_each_piece_in_a_batch_decodes_as_it_does_alone(tiny_model, speech, time
     batched, alone, rows = _alone_and_batched(tiny_model, speech, options, spans)
     assert rows[0] == 8 and rows[-1] < 8  # rows left the batch as their pieces ended
     assert sum(len(a.tokens) for a in alone) > 50 and all(a.tokens for a in alone)
+    together = batch_features(tiny_model, speech, spans, "exact")
+    assert all(torch.equal(t, piece_features(tiny_model, speech, s, "exact")) for t, s in zip(together, spans))
     for b, a in zip(batched, alone):
         assert b.tokens == a.tokens
         assert b.avg_logprob == a.avg_logprob  # the same numbers, not close ones

@@ -23,9 +23,8 @@ Choices, and why:
 - Timestamp tokens as DecodeOptions.timestamps says (on by default): the logit filters
   already work over rows, and they give a piece's segments their own times; without
   them a piece is one segment spanning its audio.
-- Pieces are encoded one at a time: on a CPU the encoder is bound by arithmetic, not by
-  reading weights, so a batch saves little there; and alone each piece's features are
-  those of decoding it alone.
+- The batch's pieces are encoded in one call (batch_features): about twice as fast as one
+  call each on this CPU, and each piece's features equal its encoding alone.
 - Each piece's tokens are those of decode_window on that piece alone, at temperature 0
   with no prompt, in the exact precision (batch_cache.py says why; tests/test_batched.py
   checks). In the int8 precision the vocabulary projection quantizes each call's rows
@@ -65,13 +64,27 @@ def applies(options: DecodeOptions, n_samples: int) -> bool:
             and not options.prefix_tokens and not options.draft_tokens)
 
 
-def piece_features(model: Whisper, audio: np.ndarray, piece: Span, precision: str) -> torch.Tensor:
-    """A piece's encoder output, as transcribe would compute it for the piece as a file:
-    its own log-mel (floored below its own maximum), zero-padded to 30 s."""
+def piece_mel(model: Whisper, audio: np.ndarray, piece: Span) -> torch.Tensor:
+    """A piece's log-mel [1, n_mels, 3000] as transcribe would compute it for the piece as
+    a file: its own (floored below its own maximum), zero-padded to 30 s."""
     samples = piece_audio(audio, piece)
     dtype = torch.float16 if model.decoder.token_embedding.weight.dtype == torch.float16 else torch.float32
     mel = LogMel(samples, model.dims.n_mels).window(0, len(samples) // HOP_LENGTH)
-    return encode(model, mel.to(model.device, dtype).unsqueeze(0), precision)
+    return mel.to(model.device, dtype).unsqueeze(0)
+
+
+def piece_features(model: Whisper, audio: np.ndarray, piece: Span, precision: str) -> torch.Tensor:
+    """A piece's encoder output [1, n_audio_ctx, d], the piece encoded alone."""
+    return encode(model, piece_mel(model, audio, piece), precision)
+
+
+def batch_features(model: Whisper, audio: np.ndarray, batch: List[Span], precision: str) -> List[torch.Tensor]:
+    """The encoder outputs of a batch's pieces, from one encoder call over all of them:
+    about twice as fast as one call each here (tiny.en, 2 cores), and each row is what the
+    piece alone gives, bit for bit (the encoder's rows never mix; tests/test_batched.py
+    checks it where the matrix library could have blocked a larger product otherwise)."""
+    features = encode(model, torch.cat([piece_mel(model, audio, p) for p in batch]), precision)
+    return [features[i:i + 1] for i in range(len(batch))]
 
 
 def piece_segments(outcome: WindowOutcome, piece: Span, tokenizer, n_samples: int) -> List[Segment]:
@@ -128,7 +141,7 @@ class BatchedTranscription:
     def decode(self, batch_index: int, batch: List[Span]) -> Iterator[TokenEvent]:
         """Encode the batch's pieces, decode them together (an event per step), keep them."""
         started = time.perf_counter()
-        features = [piece_features(self.model, self.audio, p, self.options.precision) for p in batch]
+        features = batch_features(self.model, self.audio, batch, self.options.precision)
         encoder_ms = (time.perf_counter() - started) * 1000
         self.stats.encoder_ms += encoder_ms
         self.stats.encoder_dtype = encoder_dtype(self.model, self.options.precision)
