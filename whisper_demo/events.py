@@ -106,8 +106,10 @@ class DecodeOptions:
     # draft is not used while it is on (a draft pass would cover several steps at once).
     attention: bool = False
     # Long audio in batches (batched.py): above 1, audio over 30 s is cut at Silero's pauses
-    # into pieces of at most 30 s, decoded this many at once (greedy, no prompt, no
-    # fallback). 0 or 1: the seek loop, window after window (transcribe's).
+    # into pieces of at most 30 s, decoded this many at once (greedy, no prompt; a piece
+    # that loops is decoded again alone with the temperature fallback). Up to 8 in the
+    # exact precision, each piece's tokens are those of decoding it alone (batch_cache.py).
+    # 0 or 1: the seek loop, window after window (transcribe's).
     batch_size: int = 0
 
     def __post_init__(self):
