@@ -154,19 +154,23 @@ def test_step_threads_gives_torch_one_thread_and_the_kernels_the_rest():
 @pytest.mark.model  # and in a child process
 def test_decoder_without_kernels_gives_the_same_tokens():
     """WHISPER_KV_NO_KERNELS=1 (as on a machine without a compiler): PyTorch's float32 path,
-    and the exact mode's tokens are the kernels' (and openai-whisper's)."""
+    and the exact mode's tokens are the kernels' (and openai-whisper's). The fast mode's
+    vocabulary projection is then exact's float32 one, not torch's dynamic int8 (which
+    made long files loop: runner.py)."""
     code = ("import sys; from whisper_demo import kernels; from whisper_demo.models import load_model;"
             "from whisper_demo.audio import load_audio; from whisper_demo.decode import transcribe;"
             "from whisper_demo.examples import clip_path;"
             "from whisper_demo.runner import decoder_runner;"
             "m = load_model('tiny.en', device='cpu', progress=False);"
-            "print(kernels.available(), decoder_runner(m).kind);"
+            "import torch; x = torch.randn(3, 384);"
+            "print(kernels.available(), decoder_runner(m).kind, decoder_runner(m, 'int8').kind,"
+            " torch.equal(decoder_runner(m, 'int8').logits(x), decoder_runner(m).logits(x)));"
             "print(transcribe(m, load_audio(clip_path('jfk.wav'))).tokens)")
     env = {**os.environ, "WHISPER_KV_NO_KERNELS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           timeout=300, check=True)
     status, tokens = done.stdout.strip().splitlines()[-2:]
-    assert status == "False None"
+    assert status == "False None None True"
     from whisper_demo.audio import load_audio
     from whisper_demo.decode import transcribe
     from whisper_demo.examples import clip_path

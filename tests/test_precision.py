@@ -45,8 +45,8 @@ def test_the_fast_mode_encodes_in_bfloat16_only_on_a_cpu_that_has_it(monkeypatch
 
 def test_what_each_precision_asks_of_the_decoder():
     exact, fast = precision_for(_model(), "exact"), precision_for(_model(), "int8")
-    assert exact.exact and exact.exact_cross_kv and not exact.int8_projection
-    assert not fast.exact and not fast.exact_cross_kv and fast.int8_projection
+    assert exact.exact and exact.exact_cross_kv
+    assert not fast.exact and not fast.exact_cross_kv
     assert (exact.step_weights, fast.step_weights) == ("f16", "i8")
     assert exact.packs_steps and fast.packs_steps
     assert not precision_for(_model(torch.float16, "cuda"), "exact").packs_steps

@@ -155,35 +155,16 @@ class StaticCache(CacheStrategy):
     def logits(self, tokens: Tensor, audio_features: Tensor) -> Tensor:
         return self.logits_at(tokens, audio_features, range(self.length, tokens.shape[1]))
 
-    def logits_at(self, tokens: Tensor, audio_features: Tensor, positions, project: bool = True) -> Tensor:
+    def logits_at(self, tokens: Tensor, audio_features: Tensor, positions) -> Tensor:
         if self.self_kv is None:
             self._allocate(audio_features)
         offset = self.length
         rows = [p - offset for p in positions]  # rows among the tokens new to the cache
         self_weights, cross_qk = self._capture_lists()
         logits = self.runner.forward(tokens[:, offset:], offset, self.self_kv, self.cross_kv, rows,
-                                     project=project, self_weights=self_weights, cross_qk=cross_qk)
+                                     self_weights=self_weights, cross_qk=cross_qk)
         self.length = tokens.shape[1]
         return logits
-
-    def draft_logits(self, tokens: Tensor, audio_features: Tensor, sot_index: int, n_draft: int):
-        if not self.runner.precision.int8_projection:
-            return super().draft_logits(tokens, audio_features, sot_index, n_draft)
-        # int8 (runner.logits): project each row when its step comes, alone, as that step
-        # would without a draft; the first with the start-of-transcript row, as step_logits.
-        first = self.steps == 0
-        self.steps += 1
-        n = tokens.shape[1]
-        rows = list(range(n - n_draft - 1, n))
-        states = self.logits_at(tokens, audio_features, [sot_index, *rows] if first else rows,
-                                project=False)
-        head = self.runner.logits(states[:, :2] if first else states[:, :1])
-        states = states[:, 1:] if first else states
-
-        def row(j: int) -> Tensor:
-            return head[:, -1] if j == 0 else self.runner.logits(states[:, j : j + 1])[:, 0]
-
-        return row, (head[:, 0] if first else None)
 
     def step_context(self):
         # with the kernels, torch's operators run on one thread and the kernels' team on the

@@ -4,9 +4,9 @@ Precision instead of comparing names.
 
 - "exact": the model's own weights and a float32 encoder. Tokens equal openai-whisper's
   (not bit-identical logits: sums run in another order).
-- "int8", the fast mode: the decoder's vocabulary projection as a dynamically quantized
-  int8 matmul (and, with the kernels, the blocks' small linears int8 weight-only and the
-  cross-attention K/V float16), and the encoder in bfloat16 where the CPU multiplies it
+- "int8", the fast mode: with the kernels, the decoder's matrices int8 weight-only (the
+  vocabulary projection and the blocks' small linears; activations stay float32) and the
+  cross-attention K/V float16, and the encoder in bfloat16 where the CPU multiplies it
   natively. CPU only; transcripts may differ slightly from the exact mode's (the accuracy
   benchmark measures the word error rate of both).
 
@@ -63,13 +63,6 @@ class Precision:
         return self.name == "exact"
 
     @property
-    def int8_projection(self) -> bool:
-        """The vocabulary projection is an int8 matmul whose activation scale covers every row
-        of a call: a step's logits are what it gives that row alone, so rows a draft checks
-        together are projected one at a time."""
-        return not self.exact
-
-    @property
     def exact_cross_kv(self) -> bool:
         """The cross-attention K/V are the exact runner's float32 projections, so word timing
         may reuse them instead of projecting the audio again."""
@@ -83,8 +76,9 @@ class Precision:
 
     @property
     def step_weights(self) -> str:
-        """What a step's packed matmuls read: "f16" (exact: float16 holds Whisper's
-        float16-valued weights exactly, multiplied in float32) or "i8" (fast)."""
+        """What a step's packed matmuls, the vocabulary projection's included, read: "f16"
+        (exact: float16 holds Whisper's float16-valued weights exactly, multiplied in
+        float32) or "i8" (fast: int8 weights, one scale per output, float32 activations)."""
         return "f16" if self.exact else "i8"
 
 

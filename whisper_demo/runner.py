@@ -6,10 +6,17 @@ buffers the caller owns instead of through module hooks. A runner is built once 
 
 Precision (precision.py says what each means on a model):
 - "exact": the model's own weights.
-- "int8": the vocabulary projection as a dynamically quantized int8 matmul (fbgemm: int8
-  weights, the activation quantized per call, the fastest here at 1-5 rows). A decoder
-  step is bound by reading weights from memory, and this one matrix is 80 MB of tiny.en's
-  ~130 MB per step in float32; int8 reads a quarter of that.
+- "int8": with the kernels, the vocabulary projection as an int8 weight-only matmul
+  (kernels.PackedLinear "i8": one scale per vocabulary row, the activations stay float32).
+  A decoder step is bound by reading weights from memory, and this one matrix is 80 MB of
+  tiny.en's ~130 MB per step in float32; int8 reads a quarter of that. Not torch's dynamic
+  int8 (fbgemm), which quantizes the activation too, with one scale per call: the final
+  layer norm's outlier channels (|x| up to ~90 where most are ~6) set that scale, the other
+  channels lose their precision, and the logits moved enough (mean |d log p| 0.026 against
+  0.005 weight-only, teacher-forced on real speech) to flip near-ties; chained over a long
+  file, each flip changes the next window's prompt, and the fast mode fell into loops that
+  exact did not (docs/benchmarks.md, bench e2e). Without the kernels the fast mode projects
+  in float32, as exact: torch has no int8 weight-only matmul that is faster at a step's rows.
 
 A decoder step (1-8 rows) on a float32 CPU model goes through whisper_demo/kernels when
 they build (a C++ compiler is there):
@@ -29,7 +36,6 @@ tokens. What each measured is in docs/benchmarks.md.
 
 import math
 import threading
-import warnings
 import weakref
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -47,18 +53,6 @@ Linear = Callable[[Tensor], Tensor]
 def linear(layer: nn.Linear) -> Linear:
     weight, bias = layer.weight, layer.bias
     return lambda x: F.linear(x, weight, bias)
-
-
-def int8_linear(weight: Tensor) -> Linear:
-    layer = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-    layer.weight.data = weight.detach().float()
-    with warnings.catch_warnings():
-        # torch.ao's eager dynamic quantization is marked deprecated in favour of torchao,
-        # which this project does not depend on; it is still the fastest int8 path here.
-        warnings.simplefilter("ignore")
-        quantized = torch.ao.quantization.quantize_dynamic(
-            nn.Sequential(layer), {nn.Linear}, dtype=torch.qint8)
-    return quantized
 
 
 # Rows up to which a forward's float32 linears use the packed kernels in the exact mode;
@@ -136,12 +130,13 @@ class DecoderRunner:
         self.kind = self.precision.step_weights if packed else None
         self.blocks = [BlockWeights(block, self.kind) for block in decoder.blocks]
         self.ln = decoder.ln
-        if self.precision.int8_projection:
-            self.project = int8_linear(self.token_embedding)
-        elif self.kind is not None:
-            # float16 holds the tied embedding exactly: 40 MB a step instead of 80 (tiny.en),
-            # any number of rows (8 at a time), no float32 copy kept
-            self.project = kernels.PackedLinear(self.token_embedding, None, "f16")
+        if self.kind is not None:
+            # The tied embedding packed as the blocks are: float16 in exact (it holds the
+            # weights exactly: 40 MB a step instead of 80, tiny.en), int8 weight-only in the
+            # fast mode (20 MB; the activations stay float32, see the top of this file for
+            # why not torch's dynamic int8). Any number of rows, each row's logits the same
+            # whatever else is in the call, no float32 copy kept.
+            self.project = kernels.PackedLinear(self.token_embedding, None, self.kind)
         else:
             # The output projection is tied to the embedding ([vocab, d]). `x @ W.T` walks W
             # against its layout; a contiguous [d, vocab] copy makes this, the largest matmul
@@ -274,8 +269,8 @@ class DecoderRunner:
         return weights.to(v.dtype) @ v
 
     def logits(self, states: Tensor) -> Tensor:
-        """Float32 logits of layer-normed states. In int8 one activation scale covers every
-        row of a call, so rows projected together are not what each would give alone."""
+        """Float32 logits of layer-normed states [..., d_model]: each row's logits depend on
+        that row alone, so a draft's rows may be projected together."""
         return self.project(states).float()
 
 

@@ -40,12 +40,12 @@ def weight_bytes(runner) -> dict:
     out = defaultdict(int)
     for b in runner.blocks:
         for name in ("qkv", "out", "cross_query", "cross_out", "mlp_hidden", "mlp_out"):
-            out["block linears"] += _fn_bytes(getattr(b, name), runner)
-    out["vocab projection"] = _fn_bytes(runner.project, runner, vocab=True)
+            out["block linears"] += _fn_bytes(getattr(b, name))
+    out["vocab projection"] = _fn_bytes(runner.project)
     return dict(out)
 
 
-def _fn_bytes(fn, runner, vocab=False) -> int:
+def _fn_bytes(fn) -> int:
     if hasattr(fn, "nbytes"):  # kernels.PackedLinear
         return fn.nbytes
     cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
@@ -55,8 +55,6 @@ def _fn_bytes(fn, runner, vocab=False) -> int:
     tensors = [c for c in cells if isinstance(c, torch.Tensor)]
     if tensors:
         return sum(t.nbytes for t in tensors)
-    if vocab:  # torch.ao dynamic int8: an int8 copy of the [vocab, d] embedding
-        return runner.token_embedding.numel()
     return 0
 
 
