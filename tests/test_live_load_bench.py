@@ -105,6 +105,27 @@ def test_the_hostile_tab_must_be_refused_and_leave_the_others_as_they_were():
     assert "1 of 2 the same" in changed[2] and "NOT met" in changed[2]
     silent = bench.hostile_lines(summary(p95=None), summary(), plain, run_of(*plain.clients))
     assert all(NOT_MEASURED in line for line in silent[:2])  # no replies reported, no p95 without it
+    reported = bench.hostile_lines(summary(p95=2.0), summary(p95=2.3), plain, beside, judge=False)
+    assert "+15 %" in reported[1] and reported[1].endswith("(reported)")
+
+
+def test_under_the_limit_the_hostile_tab_is_refused_a_place_and_its_made_up_ticket():
+    plain = run_of(ClientRun("set 0", final="a b"))
+    refusals = (clients.RECORD_REFUSED, 410)
+    beside = run_of(ClientRun("set 0", final="a b"), hostile={clients.RECORD_REFUSED: 40, 410: 900})
+    lines = bench.hostile_lines(summary(p95=2.0), summary(p95=2.0), plain, beside, refusals=refusals)
+    assert "410 x 900" in lines[0] and "Record refused x 40" in lines[0] and lines[0].endswith("(met)")
+    placed = run_of(ClientRun("set 0", final="a b"), hostile={clients.RECORD_REFUSED: 1, 200: 5, 409: 30})
+    assert "NOT met" in bench.hostile_lines(summary(), summary(), plain, placed, refusals=refusals)[0]
+
+
+def test_runs_pool_their_visitors_probe_times_and_hostile_replies():
+    one = run_of(ClientRun("set 0", final="a"), probe=(0.01,), hostile={410: 3})
+    two = run_of(ClientRun("set 0", final="b"), probe=(0.02, 0.03), hostile={410: 2, clients.RECORD_REFUSED: 1})
+    both = bench.pooled([one, two])
+    assert [c.final for c in both.clients] == ["a", "b"] and both.probe_s == [0.01, 0.02, 0.03]
+    assert both.hostile == {410: 5, clients.RECORD_REFUSED: 1}
+    assert bench.pooled([run_of(ClientRun("set 0"))]).hostile is None
 
 
 def test_lost_audio_is_read_from_the_pages_stats():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import re
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -15,7 +16,8 @@ import httpx
 import numpy as np
 
 from ..audio import SAMPLE_RATE
-from .live_page import (commit_delays)
+from ..ui.microphone.mic_stream import ROUTE
+from .live_page import commit_delays
 from .page_mic import PageSession
 from .page_visitor import EventFailed, PageVisitor, committed_text, pcm16
 
@@ -23,10 +25,8 @@ CHUNK_SECONDS = 0.1  # the page's recorder: one request every 0.1 s while the se
 REDRAW_S = 0.25  # the Live tab's timer (ui/live/layout.REFRESH_S): how often the page asks for its view
 PROBE_EVERY_S = 1.0
 HOSTILE_THREADS, HOSTILE_EVERY_S, HOSTILE_CHUNK_S = 4, 0.05, 0.5
-
-CHUNK_SECONDS = 0.1  # the page's recorder: one request every 0.1 s while the server keeps up
-REDRAW_S = 0.25  # the Live tab's timer (ui/live/layout.REFRESH_S): how often the page asks for its view
-PROBE_EVERY_S = 1.0
+RECORD_AGAIN_S = 1.0  # a hostile tab with no place presses Record again this often
+RECORD_REFUSED = "Record refused"  # the hostile tab's count of Records the server turned down (full)
 
 
 @dataclass
@@ -181,18 +181,25 @@ class Probe(threading.Thread):
             visitor.close()
 
 
-def hostile(url: str, audio: np.ndarray, ready, stop, replies) -> None:
+def hostile(url: str, audio: np.ndarray, ready, go, stop, replies, record_after_s: float = 0.0) -> None:
     """The hostile tab (run in a process of its own, so that its threads do not take the
-    honest visitors' interpreter lock): Record, then HOSTILE_THREADS threads posting to its
-    ticket together, HOSTILE_CHUNK_S of speech each every HOSTILE_EVERY_S, at the next
-    sample the server has not taken (so the server judges its pace, not a gap), round the
-    audio endlessly, until `stop` is set; then Stop. Sets `ready` once it posts; puts its
-    replies by status in `replies`."""
+    honest visitors' interpreter lock). Sets `ready` once imported, waits for `go`, then
+    `record_after_s`, then presses Record. With a place, HOSTILE_THREADS threads post to its
+    ticket together, HOSTILE_CHUNK_S of speech each every HOSTILE_EVERY_S, at the next sample
+    the server has not taken (so the server judges its pace, not a gap), round the audio
+    endlessly. Refused a place (the server is full), the same threads post to a ticket it
+    made up, and it presses Record again every RECORD_AGAIN_S (taking a place if one frees).
+    Until `stop` is set; then Stop. Puts its replies in `replies`: HTTP status -> count, and
+    RECORD_REFUSED -> the Records the server turned down."""
     visitor = PageVisitor(url)
-    counts: Dict[int, int] = {}
+    counts: Dict[object, int] = {}
     state = {"at": 0}
     lock, together = threading.Lock(), threading.Barrier(HOSTILE_THREADS)
     pcm, size = pcm16(np.tile(audio, 2)), int(HOSTILE_CHUNK_S * SAMPLE_RATE)
+
+    def count(reply) -> None:
+        with lock:
+            counts[reply] = counts.get(reply, 0) + 1
 
     def poster():
         while not stop.is_set():
@@ -203,23 +210,28 @@ def hostile(url: str, audio: np.ndarray, ready, stop, replies) -> None:
             at = state["at"]
             start = at % (pcm.size - size)
             status = visitor.post(pcm[start:start + size], at).status_code
-            with lock:
-                counts[status] = counts.get(status, 0) + 1
-                if status == 200:
+            count(status)
+            if status == 200:
+                with lock:
                     state["at"] = max(state["at"], at + size)
             time.sleep(HOSTILE_EVERY_S)
 
     try:
-        visitor.record()
+        ready.set()  # imported: the run may start
+        go.wait()
+        time.sleep(record_after_s)
+        placed = _try_record(visitor, count)
         threads = [threading.Thread(target=poster, daemon=True) for _ in range(HOSTILE_THREADS)]
         for thread in threads:
             thread.start()
-        ready.set()
+        while not placed and not stop.wait(RECORD_AGAIN_S):
+            placed = _try_record(visitor, count)
         stop.wait()
         together.abort()
         for thread in threads:
             thread.join()
-        visitor.stop(state["at"])
+        if placed:
+            visitor.stop(state["at"])
     except (EventFailed, httpx.HTTPError) as error:
         counts[-1] = 1
         print(f"hostile tab: {type(error).__name__}: {error}", flush=True)
@@ -227,3 +239,15 @@ def hostile(url: str, audio: np.ndarray, ready, stop, replies) -> None:
         ready.set()  # also when it failed: nobody waits for it in vain
         visitor.close()
         replies.put(counts)
+
+
+def _try_record(visitor: PageVisitor, count) -> bool:
+    """Record: True with a place (the visitor's ticket is then the session's). Refused (the
+    server is full): False, and the visitor's ticket is one it made up, which it posts to."""
+    try:
+        visitor.record()
+        return True
+    except EventFailed:
+        count(RECORD_REFUSED)
+        visitor.ticket = {"path": ROUTE.format(ticket=secrets.token_urlsafe(24)).lstrip("/")}
+        return False
