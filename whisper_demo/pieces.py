@@ -55,12 +55,16 @@ def speech_probabilities(audio: np.ndarray, model=None) -> np.ndarray:
     padded = np.zeros(streams * per_stream * FRAME, dtype=np.float32)
     padded[: n * FRAME] = audio[: n * FRAME]
     frames = torch.from_numpy(padded).view(streams, per_stream, FRAME)
+    global _silero
+    with _silero_lock:
+        if model is None:
+            # loaded once (its first calls compile, ~1 s), and outside step_threads: loading
+            # restores torch's thread count as it found it, which inside would be 1, made the
+            # whole process's default (load_silero says why)
+            _silero = _silero or load_silero()
+            model = _silero
     threads = kernels.step_threads() if kernels.available() else contextlib.nullcontext()
     with _silero_lock, torch.inference_mode(), threads:
-        global _silero
-        if model is None:
-            _silero = _silero or load_silero()  # loaded once: its first calls compile (~1 s)
-            model = _silero
         model.reset_states()
         scores = [model(frames[:, i].contiguous(), SAMPLE_RATE)[:, 0] for i in range(per_stream)]
     return torch.stack(scores, dim=1).reshape(-1)[:n].numpy()
