@@ -33,7 +33,8 @@ def load_sessions(eval_dir: Path, every: int = 1, subset: Optional[str] = None, 
     - chained: the sketch's groups (../shared/tools/two_pass_sketch.py: 4 sessions of 10
       hard clips, 3 of 5 read recordings, seeded orders), joined with 0.3-2 s pauses, no
       padding (`chains` of them; --every/--start do not apply);
-    - pauseless: the read recordings in a seeded order joined with no pause, ~2 minutes.
+    - pauseless: each subset's recordings in a seeded order joined with no pause, in
+      sessions of ~2 minutes (up to `chains` of each subset).
 
     Each session says where its silence lies (`pauses`, stream seconds): the words the
     final text writes inside those of >= 1 s are counted as inserted."""
@@ -84,14 +85,9 @@ def _chained(eval_dir: Path, items: List[dict], layout: str, chains: int) -> Lis
         # as many of each subset as asked, hard and read alternating
         hard_groups, read_groups = [g for g in groups if g[0] == "dev"], [g for g in groups if g[0] != "dev"]
         groups = [g for pair in zip_longest(hard_groups, read_groups) for g in pair if g is not None][:chains]
-    else:
-        chain, seconds = [], 0.0
-        for r in read:
-            if seconds >= PAUSELESS_SECONDS:
-                break
-            chain.append(r)
-            seconds += float(r.get("duration_s", 0.0))
-        groups = [("dev_ordinary", chain)] if chain else []
+    else:  # each subset's recordings in ~2-minute runs, up to `chains` of each
+        groups = [("dev_ordinary", chain) for chain in _pauseless_runs(read)[:chains]]
+        groups += [("dev", chain) for chain in _pauseless_runs(hard)[:chains]]
     sessions = []
     for subset, members in groups:
         parts, pauses, t = [], [], 0.0
@@ -108,6 +104,21 @@ def _chained(eval_dir: Path, items: List[dict], layout: str, chains: int) -> Lis
         sessions.append(dict(id=name, subset=subset, layout=layout, reference=" ".join(r["reference"] for r in members),
                              audio=np.concatenate(parts), pauses=pauses))
     return sessions
+
+
+def _pauseless_runs(rows: List[dict]) -> List[List[dict]]:
+    """Consecutive recordings joined into runs of at least PAUSELESS_SECONDS (a shorter
+    last run is kept if it is at least half that)."""
+    runs, chain, seconds = [], [], 0.0
+    for r in rows:
+        chain.append(r)
+        seconds += float(r.get("duration_s", 0.0))
+        if seconds >= PAUSELESS_SECONDS:
+            runs.append(chain)
+            chain, seconds = [], 0.0
+    if chain and seconds >= PAUSELESS_SECONDS / 2:
+        runs.append(chain)
+    return runs
 
 
 def words_in_pauses(words, pauses, longest: float = PAUSE_COUNTED) -> List[str]:

@@ -310,8 +310,9 @@ def main(argv=None) -> int:
     parser.add_argument("--layout", default="padded",
                         help="how each recording is fed, comma separated: " + ",".join(LAYOUTS) +
                              " (leadN: N ms of silence before it, none after; chained: recordings joined with "
-                             "0.3-2 s pauses; pauseless: ~2 minutes of read recordings with no pause)")
-    parser.add_argument("--chains", type=int, default=7, help="chained sessions (hard and read alternating)")
+                             "0.3-2 s pauses; pauseless: each subset's recordings joined with no pause, ~2 minutes a session)")
+    parser.add_argument("--chains", type=int, default=7,
+                        help="chained sessions (hard and read alternating); pauseless: at most this many of each subset")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precision", default=None,
                         help="the live decodes' precision: exact, or int8 (the fast mode: bfloat16 encoder, int8 "

@@ -134,7 +134,12 @@ class Transcript:
         A streamed word the final words leave out with no final word over its time (within
         LOST_SLACK_S) was not written over: with `rescue`, it stays, final as it is, if
         rescue(word) (the voice detector heard voice there; otherwise it is counted
-        `silent`), counted `rescued`; without, it is removed and counted `lost`."""
+        `silent`), counted `rescued`; without, it is removed and counted `lost`.
+
+        Why a `silent` word may go: the final decode heard its audio (every final decode
+        covers the buffer up to the pass's end) and wrote nothing there, and the voice
+        detector hears no voice there either: two judges that heard the audio say it was
+        not speech (tiny.en's "You" in a pause). A word either judge heard stays."""
         first = self.final_count
         streamed, tentative = self.words[first:], list(self.tentative)
         limit = min(x for x in (cut_s, None if covered_to is None else covered_to + START_SLACK_S, float("inf"))
@@ -169,7 +174,9 @@ class Transcript:
     def finalize_before(self, stream_seconds: float, keep: Optional[Callable[[TimedWord], bool]] = None) -> None:
         """The streamed words said before a time become final as they are (their audio was
         dropped or cut before a final pass wrote over it, or the session ended). keep: which
-        of them stay (the others, heard in silence, are dropped: counted `silent`)."""
+        of them stay (the others, heard in silence, are dropped: counted `silent`; given
+        only right after a final decode of their audio wrote nothing over them, as in
+        revise)."""
         first = self.final_count
         before = self._records[first:first + len(
             [w for w in self.words[first:] if w.end <= stream_seconds + START_SLACK_S])]
