@@ -305,7 +305,7 @@ def chart(path: str, measures: Dict[Tuple[str, str], Measure], title: str) -> No
     for axis, scope in zip(axes[0], scopes):
         rows = [m for (s, _), m in measures.items() if s == scope]
         axis.barh([SYSTEMS[m.system] for m in rows], [m.seconds for m in rows],
-                  color=["tab:blue" if m.system in ("exact", "fast") else "tab:gray" for m in rows])
+                  color=["tab:blue" if SYSTEMS[m.system].startswith("whisper-kv") else "tab:gray" for m in rows])
         for y, m in enumerate(rows):
             axis.text(m.seconds, y, f" {m.seconds:.1f} s, WER {m.wer:.1%}", va="center", fontsize=8)
         axis.invert_yaxis()
