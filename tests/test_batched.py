@@ -9,7 +9,6 @@
 import json
 from pathlib import Path
 
-import jiwer
 import numpy as np
 import pytest
 import torch
@@ -164,22 +163,15 @@ def test_each_piece_in_a_batch_decodes_as_it_does_alone(tiny_model, speech, time
         assert b.no_speech_prob == a.no_speech_prob
 
 
-def test_in_int8_a_batch_of_one_decodes_as_alone_and_a_full_batch_stays_close(tiny_model, speech):
-    """int8 quantizes the rows of one vocabulary projection with one scale (runner.logits):
-    a row's logits then depend on the rows beside it, so only a batch of one is exact."""
+def test_in_int8_a_full_batch_decodes_each_piece_as_alone(tiny_model, speech):
+    """int8 projects with int8 weights and float32 activations, row by row in the packed
+    kernels (runner.py): a row's logits do not depend on the rows beside it, as in exact."""
     options = DecodeOptions(batch_size=8, precision="int8", language="en")
     spans = pieces.audio_pieces(speech, max_seconds=10)[:8]
-    for span in spans[:2]:
-        batched, alone, _ = _alone_and_batched(tiny_model, speech, options, [span])
-        assert batched[0].tokens == alone[0].tokens and batched[0].avg_logprob == alone[0].avg_logprob
     batched, alone, _ = _alone_and_batched(tiny_model, speech, options, spans)
-    tokenizer = get_tokenizer(False)
-
-    def words(outcomes):
-        return " ".join(tokenizer.decode([t for t in o.tokens if t < tokenizer.eot]) for o in outcomes)
-
-    # measured: 4 of the 8 pieces' tokens equal; the words of all 8, 19 % apart (43 words of hard speech)
-    assert jiwer.wer(words(alone), words(batched)) < 0.25
+    assert len(batched) == len(spans) > 2
+    for b, a in zip(batched, alone):
+        assert b.tokens == a.tokens and b.avg_logprob == a.avg_logprob
 
 
 def test_the_stitched_result_is_in_order_and_inside_the_audio(tiny_model, speech):

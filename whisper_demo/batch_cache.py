@@ -15,9 +15,10 @@ Each row's numbers are those of its piece decoded alone (tests/test_batched.py):
   a row the same numbers in any batch (runner.step_linear);
 - the first forward (the start-of-transcript tokens, n of them) runs row by row: B x n
   rows would be a real matrix product, whose float32 numbers depend on the row count.
-So it holds in the exact precision with the kernels built and a batch of at most 8. A
-larger batch, or PyTorch's float32 matmuls (no C++ compiler), gives close numbers, not
-the same; the int8 precision too (batched.py says why).
+So it holds with the kernels built and a batch of at most 8, in the exact precision and
+the int8 one (its matrices, the vocabulary projection included, are packed int8 weights
+times float32 rows: a row's numbers do not depend on the others). A larger batch, or
+PyTorch's float32 matmuls (no C++ compiler), gives close numbers, not the same.
 """
 
 from typing import List, Tuple

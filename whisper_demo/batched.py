@@ -26,9 +26,8 @@ Choices, and why:
 - The batch's pieces are encoded in one call (batch_features): about twice as fast as one
   call each on this CPU, and each piece's features equal its encoding alone.
 - Each piece's tokens are those of decode_window on that piece alone, at temperature 0
-  with no prompt, in the exact precision (batch_cache.py says why; tests/test_batched.py
-  checks). In the int8 precision the vocabulary projection quantizes each call's rows
-  with one scale (runner.logits), so a row's logits depend on its batch: close, not equal.
+  with no prompt, in the exact precision and the int8 one (batch_cache.py says why;
+  tests/test_batched.py checks both).
 """
 
 import time
