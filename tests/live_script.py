@@ -11,12 +11,22 @@ import numpy as np
 from whisper_demo.events import DecodeResult, Segment, TokenEvent
 from whisper_demo.live.transcript import Transcript
 from whisper_demo.live.vad import VoiceDetector
-from whisper_demo.live.words import Decision
+from whisper_demo.live.words import Decision, TimedWord
 from whisper_demo.timing import Word
 
 SR = 16000
 
 Words = Sequence[Tuple[str, float, float]]  # (word, start, end), seconds from the buffer's start
+
+
+def timed_words(spec: str) -> List[TimedWord]:
+    """"word@start-end ..." -> TimedWords (stream seconds)."""
+    out = []
+    for item in spec.split():
+        text, times = item.rsplit("@", 1)
+        start, end = times.split("-")
+        out.append(TimedWord(text, float(start), float(end)))
+    return out
 
 
 class PeakScorer:

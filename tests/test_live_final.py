@@ -13,20 +13,11 @@ from whisper_demo.live import LiveConfig, model_session
 from whisper_demo.live import decoders as decoders_module
 from whisper_demo.live.decoders import final_options
 from whisper_demo.live.final_pass import cut_point, new_final_words
-from whisper_demo.live.words import TimedWord
+
+from live_script import timed_words as timed
 from whisper_demo.live.revision import compare
 
 SR = 16000
-
-
-def timed(spec: str):
-    """ "word@start-end ..." in stream seconds."""
-    out = []
-    for item in spec.split():
-        text, times = item.rsplit("@", 1)
-        a, b = times.split("-")
-        out.append(TimedWord(text, float(a), float(b)))
-    return out
 
 
 # ------------------------------------------------------------------ the real model

@@ -4,17 +4,9 @@ records and the text the page shows out. No model, no audio, no clock."""
 import pytest
 
 from whisper_demo.live.transcript import FINAL_PASS, STREAMED, FinalTokens, Transcript
-from whisper_demo.live.words import Decision, TimedWord
+from whisper_demo.live.words import Decision
 
-
-def words(spec: str):
-    """"word@start-end ..." -> TimedWords (stream seconds)."""
-    out = []
-    for item in spec.split():
-        text, times = item.rsplit("@", 1)
-        start, end = times.split("-")
-        out.append(TimedWord(text, float(start), float(end)))
-    return out
+from live_script import timed_words as words
 
 
 def committed(spec: str, tentative: str = "", at: float = 1.0, capitalises: bool = False) -> Transcript:
