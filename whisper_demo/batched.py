@@ -41,6 +41,7 @@ from whisper.model import Whisper
 from whisper.tokenizer import get_tokenizer
 
 from .batch_decode import BatchDecode, BatchStep
+from .cache import WindowMemo
 from .decode_state import Returning, Stats, text
 from .encoder import encode, encoder_dtype
 from .events import TIMESTAMP_SECONDS, DecodeOptions, DecodeResult, Segment, TokenEvent
@@ -223,11 +224,13 @@ class BatchedTranscription:
         from .decode import FALLBACK_TEMPERATURES
 
         tried = [outcome]
+        memo = WindowMemo()  # the piece's K/V and first forward, once for its attempts
         for temperature in FALLBACK_TEMPERATURES[1:]:
             if not self._looped(outcome):
                 return outcome
             attempt = Returning(decode_window(self.model, features, self.tokenizer, self.options,
-                                              self.language, temperature, [], generator=self.generator))
+                                              self.language, temperature, [], generator=self.generator,
+                                              memo=memo))
             self.stats.latencies_ms.extend(step.latency_ms for step in attempt)
             outcome = attempt.value
             tried.append(outcome)

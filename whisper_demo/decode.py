@@ -27,6 +27,7 @@ from whisper.model import Whisper
 from whisper.tokenizer import get_tokenizer
 
 from . import batched
+from .cache import WindowMemo
 from .decode_state import Prompt, Returning, Stats, text
 from .encoder import encode, encoder_dtype, encoder_frames
 from .events import DecodeOptions, DecodeResult, Segment, StepAttention, TokenEvent
@@ -165,8 +166,9 @@ class Transcription:
         if self.tokenizer is None:
             self._start_tokenizer(window, frames)
         outcome = best = None
+        memo = WindowMemo()  # what every attempt at this window computes alike
         for attempt, temperature in enumerate(_temperatures(options)):
-            outcome = yield from self._attempt(window, temperature, restart=attempt > 0)
+            outcome = yield from self._attempt(window, temperature, memo, restart=attempt > 0)
             self.stats.add_attempt(outcome)
             if not _needs_fallback(outcome, self.tokenizer, options):
                 break
@@ -213,7 +215,7 @@ class Transcription:
                                        language=self.language, task=options.task)
         self.prompt.start(self.tokenizer)
 
-    def _attempt(self, window: Window, temperature: float,
+    def _attempt(self, window: Window, temperature: float, memo: WindowMemo,
                  restart: bool) -> Generator[TokenEvent, None, WindowOutcome]:
         """One decode of the window at one temperature: a TokenEvent per step."""
         options = self.options
@@ -221,7 +223,7 @@ class Transcription:
         decoding = Returning(decode_window(
             self.model, window.features, self.tokenizer, options, self.language, temperature,
             self.prompt.tokens(), draft=options.draft_tokens if first else None,
-            prefix=options.prefix_tokens if first else None, generator=self.generator))
+            prefix=options.prefix_tokens if first else None, generator=self.generator, memo=memo))
         for decoded in decoding:
             yield self._event(window, decoded, restart)
             restart = False
