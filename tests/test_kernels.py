@@ -69,6 +69,30 @@ def test_attention_kernel_is_sdpa(rows, dtype):
     torch.testing.assert_close(kernels.attend(q, k_stored, v_stored), reference, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_batch_of_audios_attends_in_one_call_as_each_row_alone(dtype):
+    """attend_rows (a batch of pieces, batched.py): row r against its own audio's K/V gives
+    exactly what `attend` gives that row alone, so a piece's numbers do not depend on the
+    batch; and it is attention (torch's, up to rounding)."""
+    if not kernels.available():
+        return
+    torch.manual_seed(0)
+    rows = 5
+    ks = [torch.randn(1, 6, 1500, 64) for _ in range(rows)]
+    vs = [torch.randn(1, 6, 1500, 64) for _ in range(rows)]
+    k_stored = [kernels.cross_key_layout(k, dtype) for k in ks]
+    v_stored = [v.to(dtype).contiguous() for v in vs]
+    q = torch.randn(1, 6, rows, 64)
+    together = kernels.attend_rows(q, k_stored, v_stored)
+    alone = torch.cat([kernels.attend(q[:, :, r:r + 1], k_stored[r], v_stored[r]) for r in range(rows)], dim=2)
+    assert torch.equal(together, alone)
+    reference = torch.cat([F.scaled_dot_product_attention(q[:, :, r:r + 1], k_stored[r].float(), v_stored[r].float())
+                           for r in range(rows)], dim=2)
+    torch.testing.assert_close(together, reference, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError):
+        kernels.attend_rows(q, k_stored[:-1], v_stored[:-1])  # a row without its audio
+
+
 @pytest.mark.parametrize("kind", ["f16", "i8"])
 def test_gelu_is_fused_into_the_matmul(kind):
     if not kernels.available():

@@ -231,8 +231,7 @@ class DecoderRunner:
             h = b.cross_attn_ln(x)
             q = self._split_heads(b.cross_query(h).reshape(1, n_beams * n_new, -1))
             if isinstance(k_cross, list):  # a batch of pieces (batched.py): one audio per row
-                a = torch.cat([self._cross_attend(q[:, :, i * n_new:(i + 1) * n_new], k, v, cross_qk)
-                               for i, (k, v) in enumerate(zip(k_cross, v_cross))], dim=2)
+                a = self._cross_attend_rows(q, k_cross, v_cross, n_new, cross_qk)
             else:
                 a = self._cross_attend(q, k_cross, v_cross, cross_qk)
             x = x + b.cross_out(self._merge_heads(a).reshape(n_beams, n_new, -1))
@@ -261,6 +260,18 @@ class DecoderRunner:
         qk = (q @ k_cross.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
         cross_qk.append(qk)
         return qk.softmax(dim=-1).to(v_cross.dtype) @ v_cross
+
+    def _cross_attend_rows(self, q: Tensor, k_rows: List[Tensor], v_rows: List[Tensor], n_new: int,
+                           cross_qk: Optional[List[Tensor]]) -> Tensor:
+        """q [1, heads, rows * n_new, head_dim], row i (its n_new queries) against its own
+        audio's K/V: one kernel call for a step's rows, where the kernels take them (each
+        row's numbers are those of a call for it alone), else row by row."""
+        if (n_new == 1 and cross_qk is None and self.kind is not None
+                and all(kernels.can_attend(q[:, :, :1], k, v) for k, v in zip(k_rows, v_rows))
+                and len({(k.dtype, k.shape, k.stride()) for k in k_rows}) == 1):
+            return kernels.attend_rows(q, k_rows, v_rows)
+        return torch.cat([self._cross_attend(q[:, :, i * n_new:(i + 1) * n_new], k, v, cross_qk)
+                          for i, (k, v) in enumerate(zip(k_rows, v_rows))], dim=2)
 
     @staticmethod
     def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, offset: int, out: List[Tensor]) -> Tensor:

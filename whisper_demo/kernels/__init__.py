@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -165,6 +165,12 @@ def _build() -> ctypes.CDLL:
                        ctypes.c_long, ctypes.c_int, ctypes.c_int]
         fn.restype = None
     for name in ("attend_f32", "attend_f16", "self_attend_f32"):
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
+                       ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_float, ctypes.c_void_p,
+                       ctypes.c_int]
+        fn.restype = None
+    for name in ("attend_rows_f32", "attend_rows_f16"):
         fn = getattr(lib, name)
         fn.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
                        ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_float, ctypes.c_void_p,
@@ -392,6 +398,29 @@ def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     fn = lib.attend_f16 if k.dtype == torch.float16 else lib.attend_f32
     fn(qr.data_ptr(), rows, heads, dim, k.data_ptr(), v.data_ptr(), length, k.stride(-1),
        dim ** -0.5, out.data_ptr(), threads_for(k.nbytes + v.nbytes))
+    return out.transpose(0, 1).unsqueeze(0)
+
+
+def attend_rows(q: Tensor, ks: List[Tensor], vs: List[Tensor]) -> Tensor:
+    """`attend` for a batch of pieces, one call: q [1, heads, rows, head_dim] float32, row
+    r against its own audio's ks[r] (cross_key_layout) and vs[r] (all of one dtype and
+    length). Each row's numbers are `attend`'s for that row alone. Returns [1, heads, rows,
+    head_dim]."""
+    _, heads, rows, dim = q.shape
+    if not (len(ks) == len(vs) == rows and all(can_attend(q[:, :, :1], k, v) for k, v in zip(ks, vs))
+            and len({(k.dtype, k.shape, k.stride()) for k in ks}) == 1
+            and all(v.shape == ks[0].shape for v in vs) and q.dtype == torch.float32
+            and (ks[0].shape[0], ks[0].shape[1], ks[0].shape[3]) == (1, heads, dim)):
+        raise ValueError(f"attend_rows cannot take q {list(q.shape)} against {len(ks)} audios")
+    qr = q[0].transpose(0, 1).contiguous()  # [rows, heads, dim]
+    out = torch.empty(rows, heads, dim, dtype=torch.float32)
+    k_pointers = (ctypes.c_void_p * rows)(*[k.data_ptr() for k in ks])
+    v_pointers = (ctypes.c_void_p * rows)(*[v.data_ptr() for v in vs])
+    lib = library()
+    fn = lib.attend_rows_f16 if ks[0].dtype == torch.float16 else lib.attend_rows_f32
+    read = sum(k.nbytes + v.nbytes for k, v in zip(ks, vs))
+    fn(qr.data_ptr(), rows, heads, dim, ctypes.addressof(k_pointers), ctypes.addressof(v_pointers),
+       ks[0].shape[2], ks[0].stride(-1), dim ** -0.5, out.data_ptr(), threads_for(read))
     return out.transpose(0, 1).unsqueeze(0)
 
 

@@ -265,6 +265,25 @@ static void attend(const float* q, long R, long H, long D, const T* kt, const T*
     team::run(H, &Attend<T>::item, &call, threads);
 }
 
+// Cross-attention of a batch of pieces (batched.py): row r reads its own audio's K/V
+// (kts[r], vs[r], laid out as above). A work item is one (row, head): attend_head with one
+// row, the very computation `attend` makes for that row alone, so a row's numbers are
+// those of its piece decoded alone; one call per layer instead of one per row.
+template <typename T>
+struct AttendRows {
+    const float* q; long H, D; const T* const* kts; const T* const* vs; long L, Lp; float scale; float* out;
+
+    static void item(void* context, long rh) {
+        const AttendRows& c = *static_cast<const AttendRows*>(context);
+        const long r = rh / c.H, h = rh % c.H;
+        thread_local std::vector<float> scores;
+        if ((long)scores.size() < 8 * c.Lp) scores.resize(8 * c.Lp);
+        attend_head<T, 1>(c.q + (r * c.H + h) * c.D, c.H, c.D, c.kts[r] + h * c.D * c.Lp,
+                          c.vs[r] + h * c.L * c.D, c.L, c.Lp, c.scale, c.out + (r * c.H + h) * c.D,
+                          scores.data());
+    }
+};
+
 // ---------------------------------------------------------------------------------------
 // Self-attention of a decoder step: each of R beams has one new query row per head and its
 // own cache of L positions (the new one included).
@@ -313,6 +332,18 @@ void attend_f32(const float* q, long R, long H, long D, const float* kt, const f
 void attend_f16(const float* q, long R, long H, long D, const _Float16* kt, const _Float16* v, long L,
                 long Lp, float scale, float* out, int threads) {
     attend<_Float16>(q, R, H, D, kt, v, L, Lp, scale, out, threads);
+}
+
+void attend_rows_f32(const float* q, long R, long H, long D, const float* const* kts,
+                     const float* const* vs, long L, long Lp, float scale, float* out, int threads) {
+    AttendRows<float> call{q, H, D, kts, vs, L, Lp, scale, out};
+    team::run(R * H, &AttendRows<float>::item, &call, threads);
+}
+
+void attend_rows_f16(const float* q, long R, long H, long D, const _Float16* const* kts,
+                     const _Float16* const* vs, long L, long Lp, float scale, float* out, int threads) {
+    AttendRows<_Float16> call{q, H, D, kts, vs, L, Lp, scale, out};
+    team::run(R * H, &AttendRows<_Float16>::item, &call, threads);
 }
 
 void self_attend_f32(const float* q, long R, long H, long D, const float* k, const float* v, long L,
