@@ -175,3 +175,34 @@ def test_the_table_says_which_systems_were_not_measured():
     lines = table("long", ["fast", "fw-int8", "openai"], measures, {"openai": "ImportError: no whisper"})
     assert "0.25x faster-whisper int8 greedy" in lines[1]
     assert "not measured (ImportError: no whisper)" in lines[3]
+
+
+# --- the step inside transcribe against the step alone ---------------------------------------
+
+class _Run:
+    def __init__(self, step_ms):
+        self.output = e2e.Output("text", 10, step_ms)
+
+
+def test_the_step_target_compares_a_step_inside_transcribe_with_one_alone():
+    long = recording("long", 1.0, "a b c")
+    probed = []
+
+    def fast(audio):
+        return None
+    fast.step_alone = lambda audio: probed.append(len(audio)) or 6.0
+    runs = {("fast", "long"): [_Run(7.0), _Run(8.0), _Run(30.0)]}  # the median, not the mean
+    steps = e2e.measure_steps({"fast": fast}, runs, long, repeats=3)
+    assert len(probed) == 3 and steps["fast"].inside_ms == 8.0 and steps["fast"].alone_ms == 6.0
+    verdict = e2e.judge_step(steps["fast"])
+    assert verdict.text.startswith("NOT met") and "8.0 ms / 6.0 ms = 1.33x" in verdict.text
+    assert "inside transcribe" in verdict.title
+    runs = {("fast", "long"): [_Run(7.0)]}
+    assert e2e.judge_step(e2e.measure_steps({"fast": fast}, runs, long, repeats=1)["fast"]).met  # 1.17x
+
+
+def test_a_step_not_measured_fails_its_target():
+    steps = e2e.measure_steps({}, {}, recording("long", 1.0, "a"), repeats=1)
+    assert set(steps) == {"exact", "fast"}
+    verdicts = [e2e.judge_step(m) for m in steps.values()]
+    assert all(not v.met and v.text.endswith("not measured") for v in verdicts)

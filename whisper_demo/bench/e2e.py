@@ -30,8 +30,11 @@ sum of each recording's median).
 
 Reported per system: seconds, real-time factor, WER with a 95 % interval (bootstrap over the
 recordings, seeded; for the long file each word edit is charged to the recording its
-reference word came from), the text tokens written, and the ratio to its peer. Then the
-targets, each "met" or "NOT met"; a measure that did not run is "not measured" and fails.
+reference word came from), the text tokens written, and the ratio to its peer. Then
+whisper-kv's mean decoder step inside the long file's transcription against its step on
+one 30 s window alone (the step benchmark's: greedy, no timestamps, prompt or fallback;
+the median of `--repeats` runs, at least 3), and the targets, each "met" or "NOT met"; a
+measure that did not run is "not measured" and fails.
 """
 
 import argparse
@@ -51,6 +54,8 @@ from .e2e_systems import SYSTEMS, Output, System, make_systems
 PAUSE_SECONDS = 0.5
 DRAWS = 2000
 WARM_UP_SECONDS = 5.0
+STEP_MAX_RATIO = 1.2  # a step inside transcribe against the step benchmark's
+STEP_SYSTEMS = ("exact", "fast")
 
 
 # --- the audio ------------------------------------------------------------------------------
@@ -241,6 +246,7 @@ class Verdict:
     target: Target
     met: bool
     text: str
+    title: str = ""  # what the target says, where describe_target does not
 
 
 def describe_target(t: Target) -> str:
@@ -273,6 +279,47 @@ def _wer_rule(rule: Optional[str], ours: Measure, peer: Measure) -> Tuple[bool, 
     if rule == "lower":
         return ours.wer < peer.wer, text
     return True, text
+
+
+@dataclass
+class StepMeasure:
+    """A whisper-kv system's mean decoder step inside the long file's transcription
+    against its step on one window alone (the step benchmark's)."""
+
+    system: str
+    inside_ms: Optional[float]
+    alone_ms: Optional[float]
+
+    @property
+    def ratio(self) -> Optional[float]:
+        return self.inside_ms / self.alone_ms if self.inside_ms and self.alone_ms else None
+
+
+def measure_steps(systems: Dict[str, System], runs: Dict[Tuple[str, str], List[Run]], long: Item,
+                  repeats: int) -> Dict[str, StepMeasure]:
+    """For each whisper-kv system that can say (its run has `step_alone`): the median over
+    repeats of its mean step in the long file's runs, and of its step alone."""
+    steps = {}
+    for name in STEP_SYSTEMS:
+        probe = getattr(systems.get(name), "step_alone", None)
+        if probe is None:
+            steps[name] = StepMeasure(name, None, None)
+            continue
+        inside = [r.output.step_ms for r in runs[name, long.name] if r.output.step_ms]
+        alone = [probe(long.audio) for _ in range(max(3, repeats))]
+        steps[name] = StepMeasure(name, float(np.median(inside)) if inside else None, float(np.median(alone)))
+    return steps
+
+
+def judge_step(step: StepMeasure) -> Verdict:
+    target = Target("long", step.system, step.system, STEP_MAX_RATIO)
+    title = (f"step: {SYSTEMS[step.system]}'s mean step inside transcribe (long file) <= "
+             f"{STEP_MAX_RATIO:g}x its step on one window alone")
+    if step.ratio is None:
+        return Verdict(target, False, f"NOT met   {title}: not measured", title)
+    met = step.ratio <= STEP_MAX_RATIO
+    return Verdict(target, met, f"{'met      ' if met else 'NOT met  '} {title}: "
+                                f"{step.inside_ms:.1f} ms / {step.alone_ms:.1f} ms = {step.ratio:.2f}x", title)
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -319,13 +366,16 @@ def chart(path: str, measures: Dict[Tuple[str, str], Measure], title: str) -> No
 
 
 def save(path: str, args, measures: Dict[Tuple[str, str], Measure], verdicts: List[Verdict],
-         runs: Dict[Tuple[str, str], List[Run]], missing: Dict[str, str]) -> None:
+         runs: Dict[Tuple[str, str], List[Run]], missing: Dict[str, str],
+         steps: Optional[Dict[str, StepMeasure]] = None) -> None:
     data = {
         "model": args.model, "threads": args.threads, "repeats": args.repeats,
         "measures": [{**{k: v for k, v in asdict(m).items() if k not in ("edits", "counts", "texts")},
                       "rtf": m.rtf, "texts": list(m.texts)} for m in measures.values()],
         "seconds": {f"{s} | {i}": [r.seconds for r in rs] for (s, i), rs in runs.items()},
-        "targets": [{"target": describe_target(v.target), "met": v.met, "line": v.text} for v in verdicts],
+        "steps": {name: {**asdict(m), "ratio": m.ratio} for name, m in (steps or {}).items()},
+        "targets": [{"target": v.title or describe_target(v.target), "met": v.met, "line": v.text}
+                    for v in verdicts],
         "not_measured": missing,
     }
     Path(path).write_text(json.dumps(data, indent=1))
@@ -378,13 +428,18 @@ def main(argv=None) -> int:
         print(f"\n{scope}: {sum(i.seconds for i in items):.1f} s of audio, "
               f"{sum(len(i.references) for i in items)} recordings")
         print("\n".join(table(scope, args.systems, measures, missing)))
-    verdicts = [judge(t, measures) for t in TARGETS]
+    steps = measure_steps(systems, runs, long, args.repeats)
+    print("\nmean decoder step, long file: inside transcribe / one window alone")
+    for m in steps.values():
+        print(f"  {SYSTEMS[m.system]:<36}" + (f"{m.inside_ms:6.1f} ms / {m.alone_ms:.1f} ms = {m.ratio:.2f}x"
+                                             if m.ratio else "not measured"))
+    verdicts = [judge(t, measures) for t in TARGETS] + [judge_step(m) for m in steps.values()]
     print("\ntargets:\n" + "\n".join("  " + v.text for v in verdicts))
     if args.chart:
         chart(args.chart, measures, f"Whole files, {args.model}, {args.threads} threads")
         print(f"chart: {args.chart}")
     if args.save:
-        save(args.save, args, measures, verdicts, runs, missing)
+        save(args.save, args, measures, verdicts, runs, missing, steps)
         print(f"saved: {args.save}")
     return 0
 

@@ -4,7 +4,7 @@ transcribe and faster-whisper (sequential and batched) on the same weights, each
 from a float32 16 kHz array to its text and the text tokens it wrote."""
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -27,6 +27,11 @@ SYSTEMS = {
 class Output:
     text: str
     tokens: int  # text tokens written (timestamps and specials not counted)
+    step_ms: Optional[float] = None  # whisper-kv: its mean decoder step in this run
+
+
+# the step benchmark's window (decode_speed): what a step costs with nothing around it
+STEP_WINDOW_SECONDS = 30.0
 
 
 System = Callable[[np.ndarray], Output]
@@ -46,8 +51,24 @@ def whisper_kv_systems(model_name: str, wanted: Sequence[str]) -> Dict[str, Syst
 
         def run(audio: np.ndarray) -> Output:
             result = transcribe(model, audio, options)
-            return Output(result.text, sum(1 for t in result.tokens if t < eot))
+            step_ms = float(np.mean(result.latencies_ms)) if result.latencies_ms else None
+            return Output(result.text, sum(1 for t in result.tokens if t < eot), step_ms)
+        if not batch_size:
+            run.step_alone = step_alone(precision)
         return run
+
+    def step_alone(precision: str) -> Callable[[np.ndarray], float]:
+        """The mean step of the step benchmark (decode_speed): the audio's first 30 s
+        decoded as one window, greedy, without timestamps, prompt or fallback."""
+        from ..audio import SAMPLE_RATE
+
+        options = DecodeOptions(precision=precision, language="en", timestamps=False,
+                                no_speech_threshold=1.0, temperature_fallback=False)
+
+        def measure(audio: np.ndarray) -> float:
+            result = transcribe(model, audio[: int(STEP_WINDOW_SECONDS * SAMPLE_RATE)], options)
+            return float(np.mean(result.latencies_ms))
+        return measure
     kinds = {"exact": ("exact", 0), "fast": ("int8", 0), "batched": ("exact", BATCH_SIZE),
              "batched-fast": ("int8", BATCH_SIZE)}
     return {name: system(*kinds[name]) for name in kinds if name in wanted}
