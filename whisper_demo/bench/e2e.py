@@ -32,8 +32,8 @@ Reported per system: seconds, real-time factor, WER with a 95 % interval (bootst
 recordings, seeded; for the long file each word edit is charged to the recording its
 reference word came from), the text tokens written, and the ratio to its peer. Then
 whisper-kv's mean decoder step inside the long file's transcription against its step on
-one 30 s window alone (the step benchmark's: greedy, no timestamps, prompt or fallback;
-the median of `--repeats` runs, at least 3), and the targets, each "met" or "NOT met"; a
+one 30 s window alone (the step benchmark's: decode_speed's clip, greedy, no timestamps,
+prompt or fallback; the median of `--repeats` runs, at least 3), and the targets, each "met" or "NOT met"; a
 measure that did not run is "not measured" and fails.
 """
 
@@ -306,7 +306,7 @@ def measure_steps(systems: Dict[str, System], runs: Dict[Tuple[str, str], List[R
             steps[name] = StepMeasure(name, None, None)
             continue
         inside = [r.output.step_ms for r in runs[name, long.name] if r.output.step_ms]
-        alone = [probe(long.audio) for _ in range(max(3, repeats))]
+        alone = [probe() for _ in range(max(3, repeats))]
         steps[name] = StepMeasure(name, float(np.median(inside)) if inside else None, float(np.median(alone)))
     return steps
 

@@ -8,6 +8,8 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..audio import SAMPLE_RATE
+
 
 BATCH_SIZE = 8
 SYSTEMS = {
@@ -57,17 +59,18 @@ def whisper_kv_systems(model_name: str, wanted: Sequence[str]) -> Dict[str, Syst
             run.step_alone = step_alone(precision)
         return run
 
-    def step_alone(precision: str) -> Callable[[np.ndarray], float]:
-        """The mean step of the step benchmark (decode_speed): the audio's first 30 s
-        decoded as one window, greedy, without timestamps, prompt or fallback."""
-        from ..audio import SAMPLE_RATE
+    def step_alone(precision: str) -> Callable[[], float]:
+        """The step benchmark's step (decode_speed): its clip's first 30 s decoded as one
+        window, greedy, without timestamps, prompt or fallback; the mean over its steps."""
+        from ..audio import load_audio
+        from .data import DEFAULT_AUDIO
 
+        window = load_audio(DEFAULT_AUDIO, max_seconds=None)[: int(STEP_WINDOW_SECONDS * SAMPLE_RATE)]
         options = DecodeOptions(precision=precision, language="en", timestamps=False,
                                 no_speech_threshold=1.0, temperature_fallback=False)
 
-        def measure(audio: np.ndarray) -> float:
-            result = transcribe(model, audio[: int(STEP_WINDOW_SECONDS * SAMPLE_RATE)], options)
-            return float(np.mean(result.latencies_ms))
+        def measure() -> float:
+            return float(np.mean(transcribe(model, window, options).latencies_ms))
         return measure
     kinds = {"exact": ("exact", 0), "fast": ("int8", 0), "batched": ("exact", BATCH_SIZE),
              "batched-fast": ("int8", BATCH_SIZE)}
