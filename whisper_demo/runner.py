@@ -266,9 +266,7 @@ class DecoderRunner:
         """q [1, heads, rows * n_new, head_dim], row i (its n_new queries) against its own
         audio's K/V: one kernel call for a step's rows, where the kernels take them (each
         row's numbers are those of a call for it alone), else row by row."""
-        if (n_new == 1 and cross_qk is None and self.kind is not None
-                and all(kernels.can_attend(q[:, :, :1], k, v) for k, v in zip(k_rows, v_rows))
-                and len({(k.dtype, k.shape, k.stride()) for k in k_rows}) == 1):
+        if n_new == 1 and cross_qk is None and self.kind is not None and kernels.can_attend_rows(q, k_rows, v_rows):
             return kernels.attend_rows(q, k_rows, v_rows)
         return torch.cat([self._cross_attend(q[:, :, i * n_new:(i + 1) * n_new], k, v, cross_qk)
                           for i, (k, v) in enumerate(zip(k_rows, v_rows))], dim=2)

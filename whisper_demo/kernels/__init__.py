@@ -401,16 +401,23 @@ def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return out.transpose(0, 1).unsqueeze(0)
 
 
+def can_attend_rows(q: Tensor, ks: List[Tensor], vs: List[Tensor]) -> bool:
+    """Whether `attend_rows` takes these: one query row per audio, each audio as `attend`
+    takes it, all of one dtype, shape and layout."""
+    _, heads, rows, dim = q.shape
+    return (len(ks) == len(vs) == rows > 0 and all(can_attend(q[:, :, :1], k, v) for k, v in zip(ks, vs))
+            and len({(k.dtype, k.shape, k.stride()) for k in ks}) == 1
+            and all(v.shape == ks[0].shape for v in vs) and q.dtype == torch.float32
+            and (ks[0].shape[0], ks[0].shape[1], ks[0].shape[3]) == (1, heads, dim))
+
+
 def attend_rows(q: Tensor, ks: List[Tensor], vs: List[Tensor]) -> Tensor:
     """`attend` for a batch of pieces, one call: q [1, heads, rows, head_dim] float32, row
     r against its own audio's ks[r] (cross_key_layout) and vs[r] (all of one dtype and
     length). Each row's numbers are `attend`'s for that row alone. Returns [1, heads, rows,
     head_dim]."""
     _, heads, rows, dim = q.shape
-    if not (len(ks) == len(vs) == rows and all(can_attend(q[:, :, :1], k, v) for k, v in zip(ks, vs))
-            and len({(k.dtype, k.shape, k.stride()) for k in ks}) == 1
-            and all(v.shape == ks[0].shape for v in vs) and q.dtype == torch.float32
-            and (ks[0].shape[0], ks[0].shape[1], ks[0].shape[3]) == (1, heads, dim)):
+    if not can_attend_rows(q, ks, vs):
         raise ValueError(f"attend_rows cannot take q {list(q.shape)} against {len(ks)} audios")
     qr = q[0].transpose(0, 1).contiguous()  # [rows, heads, dim]
     out = torch.empty(rows, heads, dim, dtype=torch.float32)
