@@ -322,14 +322,14 @@ def test_fallback_restarts_the_window_replaces_its_text_and_drops_the_prompt(tin
 
     monkeypatch.setattr(window_decode, "DecodingTask", recording_task)
     verdicts = []
-    real_needs = decode._needs_fallback
+    real_needs = decode.needs_fallback
 
     def judged(outcome, tokenizer, options):
         verdict = len(verdicts) < 3 or real_needs(outcome, tokenizer, options)
         verdicts.append((verdict, list(outcome.tokens)))
         return verdict
 
-    monkeypatch.setattr(decode, "_needs_fallback", judged)
+    monkeypatch.setattr(decode, "needs_fallback", judged)
     events, result = drain(tiny_model, audio, temperature_fallback=True)
 
     window0 = [o for o in tasks[:4]]
@@ -352,7 +352,7 @@ def test_fallback_restarts_the_window_replaces_its_text_and_drops_the_prompt(tin
     # and kept without the forced retries (the control)
     tasks.clear()
     verdicts.append(None)  # any further verdicts: the real test only
-    monkeypatch.setattr(decode, "_needs_fallback", real_needs)
+    monkeypatch.setattr(decode, "needs_fallback", real_needs)
     drain(tiny_model, audio, temperature_fallback=True)
     assert [o.temperature for o in tasks] == [0.0, 0.0] and tasks[1].prompt
 
@@ -364,18 +364,18 @@ def test_fallback_test_fires_on_a_repetitive_window():
     normal = window_decode.WindowOutcome(tokens=tokenizer.encode(" Please close the door."), avg_logprob=-0.2)
     unlikely = window_decode.WindowOutcome(tokens=tokenizer.encode(" Please close the door."), avg_logprob=-1.5)
     on = DecodeOptions(temperature_fallback=True)
-    assert decode._needs_fallback(repeated, tokenizer, on)
-    assert decode._needs_fallback(unlikely, tokenizer, on)
-    assert not decode._needs_fallback(normal, tokenizer, on)
-    assert not decode._needs_fallback(repeated, tokenizer, DecodeOptions(temperature_fallback=False))
+    assert decode.needs_fallback(repeated, tokenizer, on)
+    assert decode.needs_fallback(unlikely, tokenizer, on)
+    assert not decode.needs_fallback(normal, tokenizer, on)
+    assert not decode.needs_fallback(repeated, tokenizer, DecodeOptions(temperature_fallback=False))
     # the thresholds are the options' (openai-whisper's names); None turns a test off
-    assert not decode._needs_fallback(repeated, tokenizer, DecodeOptions(compression_ratio_threshold=None))
-    assert decode._needs_fallback(normal, tokenizer, DecodeOptions(logprob_threshold=-0.1))
+    assert not decode.needs_fallback(repeated, tokenizer, DecodeOptions(compression_ratio_threshold=None))
+    assert decode.needs_fallback(normal, tokenizer, DecodeOptions(logprob_threshold=-0.1))
     # silence is no failure: improbable text where P(no speech) is high is not retried
     silent = window_decode.WindowOutcome(tokens=tokenizer.encode(" you"), avg_logprob=-1.5,
                                          no_speech_prob=0.9)
-    assert not decode._needs_fallback(silent, tokenizer, on)
-    assert decode._needs_fallback(silent, tokenizer, DecodeOptions(no_speech_threshold=0.95))
+    assert not decode.needs_fallback(silent, tokenizer, on)
+    assert decode.needs_fallback(silent, tokenizer, DecodeOptions(no_speech_threshold=0.95))
 
 
 # --------------------------------------------------------------------------------------

@@ -329,14 +329,14 @@ def test_when_every_temperature_fails_the_best_attempt_can_be_kept(tiny_model, c
     from whisper_demo import decode as decode_module
 
     attempts = []
-    real = decode_module._needs_fallback
+    real = decode_module.needs_fallback
 
     def spy(outcome, tokenizer, options):
         attempts.append((outcome.temperature, outcome.avg_logprob, outcome.compression_ratio(tokenizer),
                          [t for t in outcome.tokens]))
         return real(outcome, tokenizer, options)
 
-    monkeypatch.setattr(decode_module, "_needs_fallback", spy)
+    monkeypatch.setattr(decode_module, "needs_fallback", spy)
     # a log-probability threshold no attempt reaches: all six fail
     failing = DecodeOptions(logprob_threshold=0.0, no_speech_threshold=None)
     last = transcribe(tiny_model, clip("short_3s.wav"), failing)

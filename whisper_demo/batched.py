@@ -45,6 +45,7 @@ from .cache import WindowMemo
 from .decode_state import Returning, Stats, text
 from .encoder import encode, encoder_dtype
 from .events import TIMESTAMP_SECONDS, DecodeOptions, DecodeResult, Segment, TokenEvent
+from .fallback import FALLBACK_TEMPERATURES, is_silent
 from .pieces import Span, audio_pieces, piece_audio
 from .timing import add_word_timestamps
 from .window_decode import WindowOutcome, decode_window
@@ -194,13 +195,11 @@ class BatchedTranscription:
     def _keep(self, batch: List[Span], outcomes: List[WindowOutcome], features) -> None:
         """Each piece's segments (decoded again where its greedy decode failed transcribe's
         tests), unless transcribe's no-speech rule calls it silent."""
-        from .decode import _is_silent
-
         options = self.options
         for piece, outcome, piece_features_ in zip(batch, outcomes, features):
             outcome = self._fallback(piece_features_, outcome)
             self.no_speech_prob = outcome.no_speech_prob
-            if _is_silent(outcome, options):
+            if is_silent(outcome, options):
                 self.stats.skipped_windows += 1
                 continue
             segments = piece_segments(outcome, piece, self.tokenizer, len(self.audio))
@@ -221,8 +220,6 @@ class BatchedTranscription:
         itself (the dev set's "Montreal forced aligner" recordings, ratios of 2.9 and 3.7)
         and on hard speech (log probability), where sampling seldom helps, and retrying
         those took the decoder of a 185 s file from 4.7 s to 17 s (tiny.en)."""
-        from .decode import FALLBACK_TEMPERATURES
-
         tried = [outcome]
         memo = WindowMemo()  # the piece's K/V and first forward, once for its attempts
         for temperature in FALLBACK_TEMPERATURES[1:]:

@@ -31,13 +31,12 @@ from .cache import WindowMemo
 from .decode_state import Prompt, Returning, Stats, text
 from .encoder import encode, encoder_dtype, encoder_frames
 from .events import DecodeOptions, DecodeResult, Segment, StepAttention, TokenEvent
+from .fallback import best_failed, is_silent, needs_fallback, temperatures
 from .hallucination import last_word_end, skip_silence_around_hallucinations
 from .timing import add_word_timestamps
 from .window_decode import RawAttention, Step, WindowOutcome, decode_window
 from .windowing import FRAMES_PER_SECOND, LogMel, seek_clips, split_segments, unfinished_segment
 
-# openai-whisper transcribe()'s temperatures for retrying a window that failed
-FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 DIGITAL_SILENCE_RMS = 1e-3  # about -60 dBFS (DecodeOptions.skip_digital_silence)
 
 _process = psutil.Process()
@@ -167,18 +166,18 @@ class Transcription:
             self._start_tokenizer(window, frames)
         outcome = best = None
         memo = WindowMemo()  # what every attempt at this window computes alike
-        for attempt, temperature in enumerate(_temperatures(options)):
+        for attempt, temperature in enumerate(temperatures(options)):
             outcome = yield from self._attempt(window, temperature, memo, restart=attempt > 0)
             self.stats.add_attempt(outcome)
-            if not _needs_fallback(outcome, self.tokenizer, options):
+            if not needs_fallback(outcome, self.tokenizer, options):
                 break
             if options.fallback_keeps_best:
-                best = _best_failed(best, outcome, self.tokenizer, options)
+                best = best_failed(best, outcome, self.tokenizer, options)
             self.transcript = window.text_before  # the retry replaces this window's text
         else:  # every temperature failed
             outcome = best or outcome
         self.no_speech_prob = outcome.no_speech_prob
-        if _is_silent(outcome, options):
+        if is_silent(outcome, options):
             outcome.cross_kv = None
             self._skip(window)
             self.transcript = window.text_before  # what was shown of it is taken back
@@ -391,47 +390,6 @@ def _language_of_short_features(model: Whisper, features) -> str:
     language_tokens = torch.tensor(tokenizer.all_language_tokens, device=logits.device)
     best = int(logits[language_tokens].argmax())
     return tokenizer.all_language_codes[best]
-
-
-def _temperatures(options: DecodeOptions):
-    return FALLBACK_TEMPERATURES if options.temperature_fallback else (0.0,)
-
-
-def _needs_fallback(outcome: WindowOutcome, tokenizer, options: DecodeOptions) -> bool:
-    """openai-whisper transcribe()'s test: too repetitive or too unlikely, unless silent."""
-    if not options.temperature_fallback or outcome.silent:
-        return False
-    repetitive = (options.compression_ratio_threshold is not None
-                  and outcome.compression_ratio(tokenizer) > options.compression_ratio_threshold)
-    improbable = options.logprob_threshold is not None and outcome.avg_logprob < options.logprob_threshold
-    no_speech = options.no_speech_threshold is not None and outcome.no_speech_prob > options.no_speech_threshold
-    return (repetitive or improbable) and not (no_speech and improbable)  # silence is no failure
-
-
-def _best_failed(best: Optional[WindowOutcome], outcome: WindowOutcome, tokenizer,
-                 options: DecodeOptions) -> WindowOutcome:
-    """Of two attempts that failed transcribe()'s tests, the one to keep if all fail
-    (DecodeOptions.fallback_keeps_best): not too repetitive first, then the better average
-    log probability. The other lets go of its cross-attention K/V."""
-    def key(attempt: WindowOutcome):
-        threshold = options.compression_ratio_threshold
-        return (threshold is None or attempt.compression_ratio(tokenizer) <= threshold, attempt.avg_logprob)
-
-    if best is None:
-        return outcome
-    kept, dropped = (outcome, best) if key(outcome) > key(best) else (best, outcome)
-    dropped.cross_kv = None
-    return kept
-
-
-def _is_silent(outcome: WindowOutcome, options: DecodeOptions) -> bool:
-    """transcribe()'s no-speech rule: P(no speech) above the threshold and the text
-    improbable (a confident transcript is kept, whatever P(no speech) says)."""
-    if outcome.silent:  # judged at the first step (no_speech_before_decoding)
-        return True
-    if options.no_speech_threshold is None or outcome.no_speech_prob <= options.no_speech_threshold:
-        return False
-    return options.logprob_threshold is None or outcome.avg_logprob <= options.logprob_threshold
 
 
 def _stable(text: str) -> str:
