@@ -3,6 +3,8 @@ transcribe of the utterance's audio with the prompt before it, token for token; 
 its words are new; where a long buffer is cut; and the revision the page marks."""
 
 import re
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -258,3 +260,81 @@ def test_a_segment_whisper_doubts_with_a_word_in_silence_is_not_written():
     assert [w.text for w in result_words(result(0.65), 0.0, voiced)] == ["voicemail."]
     # one Whisper does not doubt keeps its words the detector heard
     assert [w.text for w in heard(result_words(result(0.1), 0.0, voiced), voiced)] == ["voicemail.", "Now", "and"]
+
+
+# ---------------------------------------------------------------------- an invented tail
+
+from whisper_demo.events import Segment  # noqa: E402
+from whisper_demo.hallucination import invented_tail  # noqa: E402
+from whisper_demo.timing import Word  # noqa: E402
+
+
+def _segment(*words):
+    """A segment of (text, start, end, probability) words."""
+    return Segment(words[0][1], words[-1][2], "".join(w for w, *_ in words), [],
+                   [Word(text, start, end, p) for text, start, end, p in words])
+
+
+SAID = _segment((" the", 7.46, 7.64, 0.9), (" next", 7.64, 7.96, 0.9), (" representative.", 8.44, 9.2, 0.8))
+# tiny.en's closing inventions: words squeezed into no time, improbable
+THANKS = _segment((" Thank", 9.2, 9.2, 0.3), (" you.", 9.2, 9.3, 0.6))
+ONE = _segment((" one.", 9.3, 9.66, 0.05))
+
+
+@pytest.mark.parametrize("segments, audio_end, dropped", [
+    ([SAID, THANKS, ONE], 10.04, 2),  # each invented one at the end goes
+    ([SAID, THANKS], 10.04, 1),
+    ([SAID], 10.04, 0),  # speech that ends the audio stays
+    ([SAID, THANKS], 12.0, 0),  # 2.7 s of audio after it: not the tail
+    ([SAID, THANKS, SAID], 10.04, 0),
+    # hesitation heard over seconds of audio scores as invented ("uh"s last no time) but is not squeezed
+    ([SAID, _segment((" Montreal,", 9.3, 9.9, 0.98), (" uh,", 11.0, 11.0, 0.12), (" uh,", 12.2, 12.2, 0.9),
+                     (" uh.", 13.5, 13.5, 0.9))], 14.0, 0),  # an invented-looking segment before speech is transcribe's rule's to judge
+    # a segment of words the decode was given (probability unknown) is never judged
+    ([SAID, _segment((" Thank", 9.2, 9.2, float("nan")), (" you.", 9.2, 9.3, float("nan")))], 10.04, 0),
+    ([], 1.0, 0),
+])
+def test_segments_invented_at_the_end_of_the_audio_are_counted(segments, audio_end, dropped):
+    assert invented_tail(segments, audio_end) == dropped
+
+
+def test_the_invented_tail_leaves_the_decode_with_its_tokens():
+    from whisper_demo.live.final_pass import without_invented_tail
+
+    said = replace(SAID, tokens=[50364, 264, 958, 50824])
+    thanks = replace(THANKS, tokens=[50824, 1044, 291, 50829])
+    result = replace(scripted_result([]), segments=[said, thanks], tokens=said.tokens + thanks.tokens,
+                     text=said.text + thanks.text)
+    kept = without_invented_tail(result, 10.04)
+    assert kept.segments == [said] and kept.tokens == said.tokens and kept.text == said.text
+    assert without_invented_tail(result, 12.0) is result  # nothing invented: the decode as it was
+
+
+EVAL_DEV = Path(__file__).resolve().parents[2] / "shared" / "eval-dev"
+# the text before it in a chained read session, as the final pass was prompted there
+BEFORE = ("ng up or press the pound key. After the tone say your busy message and then press the pound key. To lock "
+          "or unlock the conference, when a conference is locked, only conference administrators can join.")
+
+
+@pytest.mark.parametrize("tail_s", [0.3, 0.5, 0.8])
+def test_a_final_decode_that_invents_a_closing_phrase_after_the_speech_does_not_write_it(tiny_model, tail_s):
+    # a real recording, then the pause that made its final pass due: prompted with the text
+    # before, tiny.en closes the audio with a phrase nobody said ("Thank you.", "And we'll
+    # see you again."); unprompted it does not
+    from whisper_demo.audio import load_audio
+    from whisper_demo.live.decoders import model_final_decoder
+    from whisper_demo.live.final_pass import without_invented_tail
+
+    speech = load_audio(EVAL_DEV / "audio" / "asterisk_queue-periodic-announce.wav")
+    audio = np.concatenate([np.zeros(int(0.3 * 16000), np.float32), speech, np.zeros(int(tail_s * 16000), np.float32)])
+    decode = model_final_decoder(tiny_model, DecodeOptions(cache="static"))
+
+    def decoded(prompt):
+        return [item for item in decode(audio, prompt, None) if isinstance(item, DecodeResult)][0]
+
+    prompted = decoded(BEFORE)
+    assert not prompted.text.rstrip().endswith("representative."), prompted.text  # it invents
+    kept = without_invented_tail(prompted, audio.size / 16000)
+    assert kept.text.rstrip().endswith("next available representative."), kept.text
+    plain = decoded(None)
+    assert without_invented_tail(plain, audio.size / 16000) is plain

@@ -102,3 +102,39 @@ def skip_silence_around_hallucinations(segments: List[Segment], threshold: float
                 break
         previous_end = segment.end
     return WindowCut(seek=seek)
+
+
+# A live final decode ends where its audio ends, right after the speech: offline, the
+# window would go on into what follows. With nothing after, tiny.en often closes the
+# audio with a segment it invents ("Thank you.", "Press 2 to record your" after "Press
+# star to return to the main menu."), its words squeezed into the last frames (no
+# duration) and improbable. openai-whisper's rule above keeps such a segment because it
+# follows the speech with no silence before it; at the end of the audio, nothing after it
+# can vouch for it either.
+TAIL_SECONDS = 2.0  # transcribe's own reach for "silence after": the window ends this soon
+# An invented phrase has no audio of its own: word timing squeezes it into the frames after
+# the speech. A segment spread over this much audio was heard, rightly or not ("Montreal,
+# uh, uh, uh," over 6 s of hesitation scores as invented: its "uh"s last no time).
+SQUEEZED_SECONDS = 1.0
+
+
+def invented_tail(segments: List[Segment], audio_end: float) -> int:
+    """How many segments at the end of a decode look invented (is_segment_anomaly), last
+    less than SQUEEZED_SECONDS and end within TAIL_SECONDS of the end of its audio
+    (`audio_end`, the segments' time): the decode's last ones, counted back to the first
+    that does not. Only words whose probability is known are judged: a segment with a
+    word of unknown probability (words the decode was given, not decoded) stays."""
+    count = 0
+    for segment in reversed(segments):
+        if not segment.words:
+            count += 1
+            continue
+        spread = segment.words[-1].end - segment.words[0].start
+        if (audio_end - segment.end >= TAIL_SECONDS or spread >= SQUEEZED_SECONDS
+                or any(w.probability != w.probability for w in segment.words) or not is_segment_anomaly(segment)):
+            break
+        count += 1
+    # segments without words after the last kept one only count when one with words went
+    while count and not segments[len(segments) - count].words:
+        count -= 1
+    return count

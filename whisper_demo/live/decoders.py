@@ -78,13 +78,15 @@ STREAMED_PASS = dict(word_timestamps=True, temperature_fallback=False, skip_digi
                      detect_language_from_window=True, single_window=True, encode_audio_only=True)
 
 # The final pass decodes as openai-whisper's transcribe does by default (timestamp tokens,
-# the temperature fallback, its thresholds), greedy, with word timestamps and no attention
-# (nothing reads it). Two differences: the language from the buffer's own window, as every
+# the temperature fallback, its thresholds), greedy, with word timestamps and their
+# probabilities (the test for a closing phrase it invents reads them: final_pass.py) and no
+# attention (nothing reads it). Two differences: the language from the buffer's own window, as every
 # live decode (a separate detection pass would cost an encoder pass), and when every
 # temperature fails, the best attempt is kept, not the last (faster-whisper's rule). It is
 # built from this preset, not from the user's options: a new DecodeOptions field takes its
 # default here unless it is named in FINAL_PASS_TAKES.
-FINAL_PASS = DecodeOptions(word_timestamps=True, fallback_keeps_best=True, detect_language_from_window=True)
+FINAL_PASS = DecodeOptions(word_timestamps=True, word_probabilities=True, fallback_keeps_best=True,
+                           detect_language_from_window=True)
 # what the final pass takes from the user's options: the cache mode, what is said and
 # what is wanted of it, and the seed of the fallback's draws
 FINAL_PASS_TAKES = ("cache", "language", "task", "seed", "carry_initial_prompt", "hallucination_silence_threshold")

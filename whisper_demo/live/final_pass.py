@@ -15,9 +15,10 @@ and final results the same way.
 Nothing said is lost, nothing invented: a pass writes up to the voice detector's last
 voiced frame (a decode that ends early is continued from its end, with the text before as
 the prompt, as transcribe continues at its next window); no decode is made alone without
-context; words the detector heard as silence, or a segment Whisper calls no speech, are
-not written; every decode's audio opens with the same lead-in before its first voice
-(silence put in where the microphone gave less). The streamed words after what the final
+context; words the detector heard as silence, a segment Whisper calls no speech, or one
+it invented to close the audio (hallucination.invented_tail) are not written; every
+decode's audio opens with the same lead-in before its first voice (silence put in where
+the microphone gave less). The streamed words after what the final
 words cover stay (Transcript.revise), and a streamed word left out with no final word
 over its time is kept unless it was said in silence (none is lost: LiveStats.lost_words).
 
@@ -37,6 +38,7 @@ from typing import Callable, Generator, List, Optional, Sequence
 import numpy as np
 
 from ..events import DecodeResult, TokenEvent
+from ..hallucination import invented_tail
 from .attempt import decode_attempt
 from .buffer import nearest_sample, to_samples, to_seconds
 from .decoders import FinalDecoder, Given, Prefix
@@ -161,7 +163,8 @@ class FinalPass:
         finally:
             self.running = False
         parts.meter.final_decoded(parts.clock() - started, time.process_time() - cpu_started, attempt.result)
-        return shifted(attempt.result, to_seconds(pad)) if pad else attempt.result
+        result = without_invented_tail(attempt.result, to_seconds(audio.size))
+        return shifted(result, to_seconds(pad)) if pad else result
 
     def lead_pad(self, start: int) -> int:
         """Samples of silence to put before audio from stream sample `start`, so that
@@ -205,7 +208,7 @@ class FinalPass:
         parts = self.parts
         now = parts.clock()
         tokens = None
-        if cut is None and result is not None:  # what the next pass of this buffer is given
+        if cut is None and result is not None and result.tokens is not None:  # what the next pass is given
             tokens = FinalTokens(parts.buffer.offset, tuple(result.tokens))
         revision, shown_new = parts.transcript.revise(words, None if cut is None else to_seconds(cut), now, tokens,
                                                       covered_to=covered_to, rescue=self._heard)
@@ -298,6 +301,22 @@ def uncovered(covered: float, voice_end: float, voiced: Callable[[float, float],
 def heard(words: List[TimedWord], voiced: Callable[[float, float], float]) -> List[TimedWord]:
     """The words whose audio (or the audio right around it) the voice detector calls voice."""
     return [w for w in words if voiced(w.start - SILENCE_SLACK_S, w.end + SILENCE_SLACK_S) > 0]
+
+
+def without_invented_tail(result: Optional[DecodeResult], audio_seconds: float) -> Optional[DecodeResult]:
+    """The decode without the segments it invented at the end of its audio
+    (hallucination.invented_tail), its tokens cut to the segments kept (None when they do
+    not run alike: the next pass then spells its given words out)."""
+    if result is None:
+        return None
+    dropped = invented_tail(result.segments, audio_seconds)
+    if not dropped:
+        return result
+    kept = result.segments[:len(result.segments) - dropped]
+    tokens = [t for seg in kept for t in seg.tokens]
+    if list(result.tokens[:len(tokens)]) != tokens:
+        tokens = None
+    return replace(result, segments=kept, tokens=tokens, text="".join(seg.text for seg in kept))
 
 
 def shifted(result: Optional[DecodeResult], seconds: float) -> Optional[DecodeResult]:
