@@ -225,6 +225,11 @@ def run_final_words(decodes, voice, prompt="Before.", **kw):
      ["Pity", "the", "world."], [(0.0, "Before."), (0.7, "Before. Pity"), (2.7, "Before. Pity")]),
     # a word written where the detector heard no voice is not written ("You" in a pause)
     ([[("Hello.", 0.3, 1.8), ("You", 3.0, 3.4)]], [(0.3, 2.0)], ["Hello."], [(0.0, "Before.")]),
+    # a decode that looped is believed up to the phrase's third copy, and continued from there
+    ([[(w, 0.3 + i * 0.3, 0.5 + i * 0.3) for i, w in enumerate(["Montreal", "for", "Styliner."] * 8)],
+      [("I", 0.1, 0.3), ("hardly", 0.3, 0.6), ("know", 0.6, 0.8), ("her.", 0.8, 1.5)]], [(0.3, 4.0)],
+     ["Montreal", "for", "Styliner."] * 2 + ["I", "hardly", "know", "her."],
+     [(0.0, "Before."), (2.0, "Before. Montreal for Styliner. Montreal for Styliner.")]),
 ])
 def test_a_final_pass_covers_the_voice_it_was_given(answers, voice, words, calls):
     decodes = Decodes(*answers)

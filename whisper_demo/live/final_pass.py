@@ -42,6 +42,7 @@ from ..hallucination import invented_tail
 from .attempt import decode_attempt
 from .buffer import nearest_sample, to_samples, to_seconds
 from .decoders import FinalDecoder, Given, Prefix
+from .loops import loop_start, looped
 from .parts import PassStep, SessionParts
 from .snapshots import buffer_view
 from .transcript import FinalTokens
@@ -239,7 +240,8 @@ def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generato
     to the pass's end. decode(start, prompt, given) runs the final decoder on the audio from
     `start`: a generator of TokenEvents that returns its DecodeResult. Yields their
     TokenEvents; returns (the first decode's result, the words written after the final
-    ones, whether some came from a later decode).
+    ones, whether they are not just its own: cut at a loop (until_loop), or some from a
+    later decode).
 
     Coverage: the pass writes up to `voice_end` (stream seconds: the voice detector's last
     voiced frame in the audio it hears). A decode whose last word ends well before it (tiny.en
@@ -254,13 +256,14 @@ def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generato
     offset_s = to_seconds(buffer_start)
     given_end = final_in_buffer[-1].end if final_in_buffer else offset_s
     result = yield from decode(buffer_start, prompt, given)
-    words = heard(new_final_words(result, offset_s, given.prefix.words if given else (), given_end
-                                  if final_in_buffer else float("-inf"), voiced), voiced)
-    continued = False
+    written = heard(new_final_words(result, offset_s, given.prefix.words if given else (), given_end
+                                    if final_in_buffer else float("-inf"), voiced), voiced)
+    words = until_loop(written, result)
+    continued = len(words) < len(written)  # its tokens no longer say these words
     # where the decode says its text ends: its last word's end, or its last segment's end
     # (a timestamp token: transcribe's next window starts there) where that is later (word
-    # timing often ends the last word early)
-    covered = max([words[-1].end if words else given_end, *segment_end(result, offset_s)])
+    # timing often ends the last word early); a loop's end says nothing
+    covered = max([words[-1].end if words else given_end, *([] if continued else segment_end(result, offset_s))])
     for _ in range(MAX_CONTINUATIONS):
         if voice_end is None or not uncovered(covered, voice_end, voiced):
             break
@@ -274,15 +277,28 @@ def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generato
         for start in starts:
             continued = True
             decoded = yield from decode(start, context, None)
-            more = [w for w in heard(result_words(decoded, to_seconds(start), voiced), voiced)
-                    if w.start > covered - START_SLACK_S]
+            heard_words = [w for w in heard(result_words(decoded, to_seconds(start), voiced), voiced)
+                           if w.start > covered - START_SLACK_S]
+            more = until_loop(heard_words, decoded)
             if more:
                 break
         if not more:
             break
         words += more
-        covered = max([more[-1].end, *segment_end(decoded, to_seconds(start))])
+        covered = max([more[-1].end, *(segment_end(decoded, to_seconds(start)) if more == heard_words else [])])
     return result, words, continued
+
+
+def until_loop(words: List[TimedWord], result: Optional[DecodeResult]) -> List[TimedWord]:
+    """A decode's words, up to the third copy in a row of a phrase (loops.loop_start) when
+    it looped (loops.looped: openai-whisper's compression test on its text): given words that
+    end a phrase, tiny.en can write it again and again to its token limit ("Montreal for
+    Styliner." 20 times over 10 s), and word timing spreads the copies over the speech
+    that follows. The streamed pass shows a looped decode's words as far, and the words
+    after are left to the next decode (a continuation, or the next pass)."""
+    if result is None or not looped(result.text):
+        return words
+    return words[:loop_start([w.norm for w in words])]
 
 
 def segment_end(result: Optional[DecodeResult], offset_s: float) -> List[float]:
