@@ -89,3 +89,15 @@ def test_one_recording_played_several_times_is_judged_by_its_worst_run():
     shaky = report([run(reference, [1.0, 1.2]), run(reference.replace("word", "bird", 2), [2.0, 4.0])], "alignatt")
     assert "differs between runs" in shaky
     assert "worst run: gap +4.0 points (target <= 2: NOT met), median 3.00 s (target <= 1.5: NOT met)" in shaky
+
+
+def test_a_recording_that_is_not_there_is_named_not_a_traceback(tmp_path, capsys):
+    import pytest
+
+    from whisper_demo.bench import live_page
+
+    with pytest.raises(SystemExit) as stop:
+        live_page.main(["--audio", str(tmp_path / "nowhere.wav")])
+    assert stop.value.code == 2  # argparse's error: usage and the message
+    message = capsys.readouterr().err
+    assert "nowhere.wav" in message and "not found" in message and "Traceback" not in message

@@ -349,8 +349,13 @@ def main(argv=None) -> int:
 
     if not Path(CHROMIUM).exists():
         parser.error(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    recordings = (file_recordings(args.audio, Path(args.eval_dir)) if args.audio
-                  else default_recordings(Path(args.eval_dir), args.recordings, not args.no_examples))
+    from ..audio import AudioError
+
+    try:
+        recordings = (file_recordings(args.audio, Path(args.eval_dir)) if args.audio
+                      else default_recordings(Path(args.eval_dir), args.recordings, not args.no_examples))
+    except AudioError as error:  # a path mistyped: say so, not a traceback
+        parser.error(str(error))
     recordings = [r for r in recordings for _ in range(max(1, args.runs))]
     print(f"load average {load()}; {len(recordings)} sessions, {sum(r.audio.size for r in recordings) / SAMPLE_RATE:.0f} s of audio",
           flush=True)
