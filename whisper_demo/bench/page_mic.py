@@ -63,9 +63,11 @@ WATCH_TRANSCRIPT_JS = """
   window.__wkVersions = [];
   window.__wkFinals = [];
   window.__wkTentative = false;
-  const box = document.querySelector('#live-transcript');
   let last = null, lastFinal = null;
   const look = () => {
+    // found afresh each time: a redraw may replace the transcript's element itself
+    const box = document.querySelector('#live-transcript');
+    if (!box) return;
     const c = box.querySelector('.wk-committed');
     const text = c ? c.textContent.trim() : '';
     const f = box.querySelector('.wk-final');
@@ -74,7 +76,7 @@ WATCH_TRANSCRIPT_JS = """
     if (text !== last) { last = text; window.__wkVersions.push([performance.now(), text]); }
     if (finalText !== lastFinal) { lastFinal = finalText; window.__wkFinals.push([performance.now(), finalText]); }
   };
-  new MutationObserver(look).observe(box, {subtree: true, childList: true, characterData: true});
+  new MutationObserver(look).observe(document.body, {subtree: true, childList: true, characterData: true});
   look();
 }
 """
