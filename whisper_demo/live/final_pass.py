@@ -285,7 +285,8 @@ def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generato
         if not more:
             break
         words += more
-        covered = max([more[-1].end, *(segment_end(decoded, to_seconds(start)) if more == heard_words else [])])
+        cut_at_loop = len(more) < len(heard_words)  # then its last segment's end says nothing
+        covered = max([more[-1].end, *([] if cut_at_loop else segment_end(decoded, to_seconds(start)))])
     return result, words, continued
 
 
