@@ -1,8 +1,8 @@
 """The README's headline claims, each checked so that it turns the suite red if it breaks.
-Work is counted (calls, positions, tensors alive) wherever that proves the claim; where
-only time can (the cache makes decoding faster), both contenders run step by step
-interleaved, so that whatever else loads the machine loads both alike, and the margin is
-far below the measured effect.
+Work is counted (calls, positions, tensors alive), never timed: a timed assert depends on
+what else the machine runs. What the counted work buys in time (the cache makes decoding
+faster) is measured side by side by the benchmarks (python -m whisper_demo.bench
+decode_speed), which print their ratios.
 """
 
 import gc
@@ -84,37 +84,26 @@ def tensor_bytes(tensors):
 # 1. The cache makes decoding faster
 
 
-def test_static_cache_is_faster_than_none_and_the_gap_grows_with_position(tiny_model, clip):
-    """speech_25s.wav (~100 decoder steps): the static and the uncached decode advance one
-    step each in turn, so that load from other processes lands on both.
-
-    Speed: the median of the per-step ratios off/static; measured 4-7x, asserted > 1.5.
-    Growth with position: each quarter of the positions is judged by its cheapest step
-    (what a step costs when little interferes), and the uncached step's cost is taken
-    relative to the static one's of the same quarter, so load that lasts through a quarter
-    cancels out. From the first quarter to the last the uncached step grew 2.1x relative to
-    static, idle or under a load average of 6 (its own cheapest step 1.8-2.4x, static's
-    0.8-1.2x). Asserted: > 1.25. That the static step's work does not grow is counted in
-    test_static_runs_each_step_over_the_new_token_only."""
+def test_off_writes_the_same_tokens_as_static_by_running_the_whole_sequence_each_step(tiny_model, clip, runner_calls):
+    """speech_25s.wav (~100 decoder steps): the cache changes how much the decoder runs, not
+    what it writes. Work is counted (token positions through the decoder), not timed: a timed
+    assert depends on what else the machine runs, so the speed this buys is measured side by
+    side by `python -m whisper_demo.bench decode_speed` (off / static, 4-7x per token here).
+    Without the cache, step n runs all n positions again, so the work of a window grows with
+    the square of its length; with it, each step runs one."""
     audio = clip("speech_25s.wav")
-    static = stream_transcribe(tiny_model, audio, DecodeOptions(cache="static"))
-    off = stream_transcribe(tiny_model, audio, DecodeOptions(cache="off"))
-    fast, slow = [], []
-    for a, b in zip(static, off):
-        if isinstance(a, TokenEvent):
-            assert isinstance(b, TokenEvent) and a.token_id == b.token_id
-            fast.append(a.latency_ms)
-            slow.append(b.latency_ms)
-    fast, slow = np.array(fast[1:]), np.array(slow[1:])  # step 0: the prompt, both modes alike
-    assert len(fast) > 60
-    speedup = np.median(slow / fast)  # both measured at the same moment
-    q = len(fast) // 4
-    off_rise = slow[-q:].min() / slow[:q].min()
-    static_rise = fast[-q:].min() / fast[:q].min()
-    print(f"\noff / static per step {speedup:.2f}x (decoder time {slow.sum() / fast.sum():.2f}x); "
-          f"cheapest step, last quarter / first: off {off_rise:.2f}x, static {static_rise:.2f}x")
-    assert speedup > 1.5, f"off/static per-step time {speedup:.2f}"
-    assert off_rise / static_rise > 1.25, f"the uncached step does not grow against static ({off_rise / static_rise:.2f})"
+    static_events, _ = drain(tiny_model, audio, cache="static")
+    static_positions = sum(call["n_tokens"] for call in runner_calls)
+    n_static_calls = len(runner_calls)
+    off_events, _ = drain(tiny_model, audio, cache="off")
+    off_positions = sum(call["n_tokens"] for call in runner_calls[n_static_calls:])
+    assert [e.token_id for e in off_events] == [e.token_id for e in static_events]
+    steps = len(static_events)
+    assert steps > 60
+    print(f"\n{steps} steps: positions run off {off_positions}, static {static_positions}")
+    # one decoder call per token in both; off reruns every earlier position at each step
+    assert len(runner_calls) == 2 * n_static_calls == 2 * steps
+    assert off_positions > steps * steps / 4 > 10 * static_positions
 
 
 # --------------------------------------------------------------------------------------

@@ -289,13 +289,11 @@ def test_loaded_model_is_fp32_eval_and_named(tiny):
     assert models.model_label(tiny) == f"tiny.en ({expected / 1e6:.1f} M params)"
 
 
-def test_cache_hit_needs_no_source_and_is_fast(shared_cache, tiny, monkeypatch):
+def test_cache_hit_needs_no_source(shared_cache, tiny, monkeypatch):
     def gone(name):
         raise AssertionError("a cache hit must not look at the source files")
     monkeypatch.setattr(models, "package_model_paths", gone)
-    start = time.perf_counter()
     model = models.load_model("tiny.en", device="cpu", progress=False)
-    assert time.perf_counter() - start < 5
     for key, value in tiny.state_dict().items():
         assert torch.equal(model.state_dict()[key], value), key
 

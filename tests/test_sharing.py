@@ -441,7 +441,6 @@ def test_a_decode_over_the_budget_is_refused_before_it_takes_a_slot(serve, tmp_p
     minute = tmp_path / "minute.wav"
     sf.write(minute, np.tile(load_audio(JFK), 6)[: 61 * SAMPLE_RATE], SAMPLE_RATE)
     client = Client(server.url, verbose=False)
-    began = time.monotonic()
     with pytest.raises(Exception, match="budget is 60") as refused:
         client.predict(handle_file(str(minute)), False, "static", 5, "auto", True, "tiny.en",
                        api_name="/compare")
@@ -449,7 +448,7 @@ def test_a_decode_over_the_budget_is_refused_before_it_takes_a_slot(serve, tmp_p
     with pytest.raises(Exception, match="budget is 60"):
         client.predict(handle_file(str(minute)), True, "static", 1, "auto", True, "tiny.en",
                        api_name="/transcribe")
-    assert time.monotonic() - began < 30 and started == []
+    assert started == []  # refused before a decode began, not after one ran
     text, *_ = client.predict(handle_file(str(SHORT)), True, "static", 5, "auto", True, "tiny.en",
                               api_name="/transcribe")  # 3 s x beam 5: within it
     assert "door" in text.lower() and started == [1]
