@@ -34,15 +34,19 @@ def test_a_word_the_final_pass_corrected_is_timed_by_the_correction():
 def test_a_word_is_timed_from_the_version_after_which_it_stayed():
     versions = [(1.0, "a b"), (2.0, "a c"), (3.0, "a b c"), (4.0, "A b, c d.")]
     # "b" showed at 1 s, was replaced at 2 s and came back at 3 s: it stayed from 3 s on;
-    # case and punctuation are not a change of the word
-    assert shown_since(versions, "A b, c d.") == [1.0, 3.0, 3.0, 4.0]
+    # "c" showed from 2 s on (before "b" came back); case and punctuation are not a change
+    assert shown_since(versions, "A b, c d.") == [1.0, 3.0, 2.0, 4.0]
 
 
-def test_an_inserted_word_moves_the_words_after_it_to_the_insertion():
-    # by position in the final text: the final pass inserted "big", so "cat" stood at
-    # position 2 only from then on
+def test_a_word_inserted_or_removed_before_a_word_does_not_retime_it():
+    # the final pass inserted "big": "cat" moved one place on, and was on screen since 1 s
     versions = [(1.0, "the cat"), (5.0, "the big cat")]
-    assert shown_since(versions, "the big cat") == [1.0, 5.0, 5.0]
+    assert shown_since(versions, "the big cat") == [1.0, 5.0, 1.0]
+    # a streamed opening the final pass dropped ("Alright, so") moves every word after it
+    versions = [(1.0, "Alright, so this is"), (2.0, "Alright, so this is the corpus"), (9.0, "So this is the corpus.")]
+    assert shown_since(versions, "So this is the corpus.") == [1.0, 1.0, 1.0, 2.0, 2.0]
+    # two words that swapped: only one of them can have stood where it stands now
+    assert shown_since([(1.0, "b a"), (2.0, "a b")], "a b") == [2.0, 1.0]
 
 
 def test_a_word_the_last_version_lacks_is_not_timed():

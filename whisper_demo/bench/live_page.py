@@ -16,7 +16,8 @@ Printed per session and over all of them:
 - speech -> commit (median / p95), as the page shows it: from each word's end in the
   played audio to the moment the page began to show that word committed at its place for
   good (a word the final pass corrected counts from the correction, not from the streamed
-  word it replaced: shown_since). Word ends are those of the offline decode of the same
+  word it replaced; a word stays shown when the final pass inserts or removes words before
+  it: shown_since). Word ends are those of the offline decode of the same
   audio (word timestamps); a committed word counts when it matches an offline word (the
   others have no end to time from). The file plays from
   the moment the page gets the microphone, which the page notes, and the page notes each
@@ -166,19 +167,28 @@ def plain(word: str) -> str:
 
 def shown_since(versions: Sequence[Tuple[float, str]], final: str) -> List[Optional[float]]:
     """For each word of the final committed text: when the page began to show it for good,
-    i.e. the first version from which the word at its position was that word in every
-    later version (case and punctuation aside). A word the final pass corrected is timed by
-    the correction, not by the streamed word it replaced. None: the last version did not
-    show it there."""
+    i.e. the first version from which every later version showed that word (case and
+    punctuation aside) where it stands in the final text. Each version is aligned with the
+    final text word by word (difflib), not compared position by position: a word the
+    final pass inserted or removed earlier in the text moves the words after it, and a
+    reader still had them on screen. A word the final pass corrected is timed by the
+    correction, not by the streamed word it replaced. None: the last version did not show it."""
     wanted = [plain(w) for w in final.split()]
     since: List[Optional[float]] = [None] * len(wanted)
-    held = set(range(len(wanted)))  # positions every version from here to the last shows right
+    held = set(range(len(wanted)))  # words every version from here to the last shows
     for at, text in reversed(versions):
-        shown = [plain(w) for w in text.split()]
-        held = {i for i in held if i < len(shown) and shown[i] == wanted[i]}
+        held &= aligned_words(text, wanted)
         for i in held:
             since[i] = at
     return since
+
+
+def aligned_words(text: str, wanted: Sequence[str]) -> set:
+    """The positions of `wanted` (the final text's plain words) that `text` shows at their
+    place: its words aligned with them by difflib's longest matching blocks."""
+    shown = [plain(w) for w in text.split()]
+    matcher = difflib.SequenceMatcher(None, shown, list(wanted), autojunk=False)
+    return {block.b + i for block in matcher.get_matching_blocks() for i in range(block.size)}
 
 
 def commit_delays(page: PageSession, word_ends: List[Tuple[str, float]]) -> Tuple[List[float], List[bool], int]:
