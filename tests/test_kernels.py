@@ -2,6 +2,7 @@
 PyTorch's, and the decoder without them (no compiler) giving the same tokens."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -10,13 +11,14 @@ import torch
 import torch.nn.functional as F
 
 from whisper_demo import kernels
+from whisper_demo.kernels import build
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def test_kernels_build_where_a_compiler_is():
     # CI installs g++ (scripts/test); elsewhere the fallback below is what runs
-    if IN_CI or kernels.shutil.which("g++"):
+    if IN_CI or shutil.which("g++"):
         assert kernels.available(), kernels.unavailable_reason()
 
 
@@ -214,8 +216,8 @@ def test_the_idle_panel_says_which_path_decoder_steps_take(monkeypatch):
     dims = ModelDimensions(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)
     model = SimpleNamespace(dims=dims, decoder=SimpleNamespace(token_embedding=SimpleNamespace(weight=torch.zeros(1))))
     assert "Decoder steps" not in panel.panel_html(None, model)  # nothing to say when the kernels load
-    monkeypatch.setattr(kernels, "_lib", None)
-    monkeypatch.setattr(kernels, "_error", "RuntimeError: no C++ compiler (g++) found")
+    monkeypatch.setattr(build, "_lib", None)
+    monkeypatch.setattr(build, "_error", "RuntimeError: no C++ compiler (g++) found")
     assert "PyTorch&#x27;s float32 matmul" in panel.panel_html(None, model)
     assert "no C++ compiler (g++) found" in panel.panel_html(None, model)
 
@@ -228,11 +230,11 @@ def test_kernels_are_not_built_where_the_cpu_cannot_run_them(monkeypatch):
     assert kernels.unsupported_cpu() is None  # this machine runs them
     monkeypatch.setattr(platform, "machine", lambda: "aarch64")
     assert "aarch64" in kernels.unsupported_cpu()
-    monkeypatch.setattr(kernels, "_lib", None)
-    monkeypatch.setattr(kernels, "_error", None)
-    monkeypatch.setattr(kernels, "_compile", lambda *a: pytest.fail("compiled on a CPU it cannot run on"))
+    monkeypatch.setattr(build, "_lib", None)
+    monkeypatch.setattr(build, "_error", None)
+    monkeypatch.setattr(build, "_compile", lambda *a: pytest.fail("compiled on a CPU it cannot run on"))
     assert kernels.library() is None
     assert "x86-64" in kernels.unavailable_reason() and "aarch64" in kernels.describe_path()
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
-    monkeypatch.setattr(kernels, "cpu_flags", lambda: "flags : fpu sse sse2 avx")
+    monkeypatch.setattr(build, "cpu_flags", lambda: "flags : fpu sse sse2 avx")
     assert kernels.unsupported_cpu() == "this CPU lacks avx2 and f16c"

@@ -536,12 +536,12 @@ def test_a_failed_live_session_keeps_its_text_says_why_and_the_next_record_start
 def kernel_cache(tmp_path, monkeypatch):
     """A fresh kernels cache folder, and a build that copies the library this machine already
     built instead of compiling for 15 s (counted): `library()` starts over in it."""
-    from whisper_demo import kernels
+    from whisper_demo.kernels import build
 
-    built = Path(kernels.library()._name)  # this process's library, from the usual cache
+    built = Path(build.library()._name)  # this process's library, from the usual cache
     monkeypatch.setenv("WHISPER_KV_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(kernels, "_lib", None)
-    monkeypatch.setattr(kernels, "_error", None)
+    monkeypatch.setattr(build, "_lib", None)
+    monkeypatch.setattr(build, "_error", None)
     compiled = []
 
     def compile_by_copy(compiler, library, sources, std):
@@ -551,54 +551,54 @@ def kernel_cache(tmp_path, monkeypatch):
         copy.chmod(0o755)
         copy.replace(library)
 
-    monkeypatch.setattr(kernels, "_compile", compile_by_copy)
+    monkeypatch.setattr(build, "_compile", compile_by_copy)
     folder = tmp_path / "kernels"
     folder.mkdir(mode=0o700)
-    return kernels, folder / built.name, compiled
+    return build, folder / built.name, compiled
 
 
 def test_a_damaged_cached_kernel_library_is_built_again(kernel_cache, caplog):
-    kernels, library, compiled = kernel_cache
+    build, library, compiled = kernel_cache
     library.write_bytes(b"not a shared library")
     library.chmod(0o755)
-    with caplog.at_level("INFO", logger="whisper_demo.kernels"):
-        assert kernels.available()
+    with caplog.at_level("INFO", logger="whisper_demo.kernels.build"):
+        assert build.available()
     assert compiled == [library.name] and library.read_bytes()[:4] == b"\x7fELF"
-    assert "compiled kernels loaded" in kernels.describe_path()
+    assert "compiled kernels loaded" in build.describe_path()
     assert "building it again" in caplog.text and "kernels: compiled kernels loaded" in caplog.text
 
 
 def test_a_new_kernel_build_removes_stale_builds_of_the_same_library(kernel_cache):
-    kernels, library, compiled = kernel_cache
+    build, library, compiled = kernel_cache
     stale = library.parent / "matmul-0123456789abcdef.so"  # an older source's build
     other = library.parent / "bf16_attention-0123456789abcdef.so"  # another library's: kept
     for path in (stale, other):
         path.write_bytes(b"an old build")
         path.chmod(0o755)
-    assert kernels.available()
+    assert build.available()
     assert compiled == [library.name] and library.exists()
     assert not stale.exists() and other.exists()
 
 
 def test_a_cached_kernel_library_others_could_write_is_not_loaded(kernel_cache, monkeypatch):
-    kernels, library, compiled = kernel_cache
+    build, library, compiled = kernel_cache
     library.write_bytes(b"planted by someone else")
     library.chmod(0o666)
-    assert kernels.available()  # built again, not loaded
+    assert build.available()  # built again, not loaded
     assert compiled == [library.name] and library.stat().st_mode & 0o022 == 0
 
-    monkeypatch.setattr(kernels, "_lib", None)
-    monkeypatch.setattr(kernels, "_error", None)
+    monkeypatch.setattr(build, "_lib", None)
+    monkeypatch.setattr(build, "_error", None)
     library.parent.chmod(0o777)  # our folder, but anyone may write to it: closed first
     library.chmod(0o666)
-    assert kernels.available() and compiled == [library.name] * 2
+    assert build.available() and compiled == [library.name] * 2
     assert library.parent.stat().st_mode & 0o022 == 0 and library.stat().st_mode & 0o022 == 0
 
-    monkeypatch.setattr(kernels, "_lib", None)
-    monkeypatch.setattr(kernels, "_error", None)
-    monkeypatch.setattr(kernels.os, "getuid", lambda: 4242)  # the folder is someone else's
-    assert not kernels.available() and "belongs to another user" in kernels.describe_path()
-    assert "PyTorch's float32 matmul" in kernels.describe_path()  # what runs instead, said
+    monkeypatch.setattr(build, "_lib", None)
+    monkeypatch.setattr(build, "_error", None)
+    monkeypatch.setattr(build.os, "getuid", lambda: 4242)  # the folder is someone else's
+    assert not build.available() and "belongs to another user" in build.describe_path()
+    assert "PyTorch's float32 matmul" in build.describe_path()  # what runs instead, said
 
 
 @pytest.mark.process

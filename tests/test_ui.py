@@ -366,12 +366,12 @@ def test_the_cross_formula_counts_the_frames_a_live_pass_encodes():
 
 
 def test_the_first_screen_has_no_server_log_line(monkeypatch):
-    from whisper_demo import kernels
+    from whisper_demo.kernels import build
 
     idle = panel.panel_html(None, _fake_tiny())
     assert "Decoder steps" not in idle and "compiled kernels" not in idle
-    monkeypatch.setattr(kernels, "_lib", None)
-    monkeypatch.setattr(kernels, "_error", "RuntimeError: no C++ compiler (g++) found")
+    monkeypatch.setattr(build, "_lib", None)
+    monkeypatch.setattr(build, "_error", "RuntimeError: no C++ compiler (g++) found")
     idle = panel.panel_html(None, _fake_tiny())
     assert "plain PyTorch" in idle and "no C++ compiler (g++) found" in idle and "same words" in idle
 

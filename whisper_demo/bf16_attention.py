@@ -9,7 +9,7 @@ output and writing the heads back side by side for the output projection.
 
 Compiled on first use with this machine's compiler and loaded through ctypes, cached under
 models.cache_dir()/kernels with the same ownership checks as the decoder's kernels
-(kernels/__init__.py). `available()` is False where the CPU lacks AVX512_BF16, no compiler
+(kernels/build.py). `available()` is False where the CPU lacks AVX512_BF16, no compiler
 is found, the build fails or WHISPER_KV_NO_KERNELS is set; bf16_encoder.py then writes the
 attention out in PyTorch (the same computation, rounded slightly differently, slower).
 """

@@ -8,7 +8,7 @@
 // panel is one contiguous 64-byte line (float16) and a step streams the matrix once.
 // Every row is accumulated in float32, k = 0..K-1 in order, independently of the other rows:
 // a row gives the same numbers whether it is computed alone or with others.
-// Built by whisper_demo/kernels/__init__.py with the machine's compiler (-O3 -march=native);
+// Built by whisper_demo/kernels/build.py with the machine's compiler (-O3 -march=native);
 // The multiply-adds are plain loops that the compiler vectorizes; the widening of a panel
 // line to float32 uses intrinsics (F16C / AVX-512 / AVX2), as GCC 12 does not vectorize it.
 #include <cmath>
