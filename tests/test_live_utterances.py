@@ -11,10 +11,10 @@ from whisper_demo.live.utterances import FinalDue, Utterances, trimmed_start
 FRAME_S = 0.032
 
 
-def heard(*parts):
+def heard(*parts, config=None):
     vad = loud_voice()
     vad.add(np.concatenate(parts))
-    return Utterances(vad, LiveConfig())
+    return Utterances(vad, config or LiveConfig())
 
 
 def test_a_pause_heard_whole_ends_the_utterance_and_a_full_buffer_is_cut():
@@ -25,6 +25,31 @@ def test_a_pause_heard_whole_ends_the_utterance_and_a_full_buffer_is_cut():
     assert utterances.next_end(0, int(2.6 * SR)) == FinalDue(speech_end + SR // 2, speech_end, False)
     utterances = heard(loud(26.0))
     assert utterances.next_end(0, 26 * SR) == FinalDue(25 * SR, None, True)
+
+
+def test_long_speech_with_no_pause_gets_an_interim_final_pass_that_moves_on():
+    # voice from the first frame, never pausing: an interim pass at 8 s after the voice
+    interim = LiveConfig(interim_final_seconds=8.0)
+    utterances = heard(quiet(1.0), loud(20.0), config=interim)
+    onset = int(round(31 * FRAME_S * SR))  # the first loud frame starts at 0.992 s
+    assert utterances.next_end(0, onset + 8 * SR - 1) is None
+    assert utterances.next_end(0, 12 * SR) == FinalDue(onset + 8 * SR, None, False, interim=True)
+    # the pass made its words final up to ~6 s: the next one 8 s after the voice there, and
+    # no sooner than 5 s (8 - cut_keep_seconds) after the last one's end
+    judged = 188 * 512  # a frame's start (6.016 s)
+    utterances.judged(judged)
+    utterances.interim_done(onset + 8 * SR)
+    assert utterances.next_end(0, judged + 8 * SR - 1) is None
+    assert utterances.next_end(0, 15 * SR) == FinalDue(judged + 8 * SR, None, False, interim=True)
+    # a pass that could make nothing final still moves the next one on: 5 s after its end
+    utterances.interim_done(judged + 8 * SR)
+    assert utterances.next_end(0, judged + 13 * SR - 1) is None
+    assert utterances.next_end(0, 20 * SR) == FinalDue(judged + 13 * SR, None, False, interim=True)
+    # a pause heard whole comes first; by default there are no interim passes
+    paused = heard(loud(8.5), quiet(0.6), config=interim)
+    assert paused.next_end(0, int(9.1 * SR)).speech_end is not None
+    never = heard(loud(20.0))
+    assert never.next_end(0, 20 * SR) is None
 
 
 def test_the_streamed_decodes_start_just_before_the_voice_after_the_judged_speech():

@@ -54,6 +54,16 @@ class LiveConfig:
     # ... and at least this much of those seconds' end stays unfinal, in the buffer: the
     # words there were heard with little audio after them
     cut_keep_seconds: float = 3.0
+    # Speech that does not pause (read text, a fast talker) gets an interim final pass once
+    # its utterance has run this long after its first voice, and again every
+    # (interim_final_seconds - cut_keep_seconds) after that: its words up to a boundary
+    # cut_keep_seconds before the audio's end become final, and the buffer is kept (not cut).
+    # Without it, a streamed word that only the final pass corrects ("two" for "2", "and
+    # enter" for "an inter") shows wrong until the buffer's 25 s cut. 0: never, the default:
+    # at 8 s the final text was as good (docs/live.md), but on this 2-core CPU the extra
+    # exact decodes of a buffer of up to 25 s delayed the streamed words through the page
+    # (speech -> commit median 1.3 -> 1.9 s); a machine with headroom can afford them.
+    interim_final_seconds: float = 0.0
     hard_limit_seconds: float = 29.5  # one Whisper window: older audio is dropped (counted)
     max_backlog_seconds: float = 120.0  # audio waiting for a stalled decoder
     prompt_chars: int = 200  # committed text given as the prompt (whisper_streaming's 200)

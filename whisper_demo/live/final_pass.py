@@ -3,7 +3,10 @@
 The streamed pass (streamed_pass.py) commits words within about a second, from a buffer
 that ends where the speaker is still talking: the first words of an utterance are
 decided from a short buffer, a word before a pause with little audio after it. At each end
-of an utterance (the voice detector's pause, a cut of a long buffer, Stop) the session
+of an utterance (the voice detector's pause, a cut of a long buffer, Stop), and, where
+LiveConfig.interim_final_seconds is set (off by default), every few seconds in speech that
+does not pause (an interim pass: final up to a boundary `cut_keep_seconds` before the
+audio's end, the buffer kept), the session
 decodes the buffer's whole audio since its last cut once more, as openai-whisper's
 transcribe decodes a window (decoders.FINAL_PASS): timestamp tokens, the temperature
 fallback (seeded: the same audio gives the same words), the text before the buffer as the
@@ -80,13 +83,13 @@ class FinalPass:
         if decoded:
             result, words, continued = yield from self._final_words(due, final_in_buffer, newest_arrival)
         cut = None
-        if due.cut:
-            cut = self._cut_sample(result, words, given_end)
+        if due.cut or due.interim:  # final up to a boundary before the audio's last seconds
+            cut = self._cut_sample(result, words, given_end, due.until, due.cut)
             words = [w for w in words if w.midpoint < to_seconds(cut)]
         # what the final decodes wrote over: the streamed words after it stay (not revised away)
         covered_to = words[-1].end if words else (given_end if given_end is not None else offset_s)
         revision = self._make_final(words, cut, None if continued else result, covered_to)
-        if cut is not None:  # streamed words before the cut no final word covered: their audio goes
+        if due.cut:  # streamed words before the cut no final word covered: their audio goes
             parts.transcript.finalize_before(to_seconds(cut), keep=self._heard)
         if last:  # nothing will hear them again: final as they are, unless the detector heard no voice
             parts.transcript.finalize_before(float("inf"), keep=self._heard)
@@ -96,12 +99,14 @@ class FinalPass:
             now = parts.clock()
             parts.meter.final_delay_s.append(now - parts.inbox.arrival_of(to_seconds(due.until), now))
         parts.utterances.judged(due.until if cut is None else cut)
-        if cut is not None:
+        if due.interim:
+            parts.utterances.interim_done(due.until)
+        if due.cut:
             parts.buffer.cut_to(cut)
         if last:
             parts.buffer.cut_to(parts.buffer.end)
         reason = ("the end" if last else "a pause: the utterance heard whole" if due.speech_end is not None
-                  else "a long buffer, cut")
+                  else "long speech with no pause" if due.interim else "a long buffer, cut")
         return PassStep(decoded=decoded, reason=f"final pass at {reason}", result=result, view=view,
                         revision=revision, final=last)
 
@@ -123,8 +128,8 @@ class FinalPass:
 
         vad = parts.utterances.vad
         cover = due.until
-        if due.cut:  # what stays in the buffer after the cut need not be written now
-            cover = offset + to_samples(parts.config.cut_after_seconds - parts.config.cut_keep_seconds)
+        if due.cut or due.interim:  # what stays unfinal after the boundary need not be written now
+            cover = due.until - to_samples(parts.config.cut_keep_seconds)
         end = vad.voice_end_within(offset, min(cover, due.until))
 
         def next_voice(after_s: float) -> Optional[float]:
@@ -187,14 +192,16 @@ class FinalPass:
         prefix = Prefix(tuple(w.text for w in words), max(0.0, words[0].start - to_seconds(offset)))
         return Given(prefix, self.parts.transcript.given_tokens(offset))
 
-    def _cut_sample(self, result: Optional[DecodeResult], words: List[TimedWord], given_end: Optional[float]) -> int:
-        """Where a long buffer is cut (a stream sample), from this pass over its first
-        `cut_after_seconds` (cut_point), moved into a pause that follows soon."""
+    def _cut_sample(self, result: Optional[DecodeResult], words: List[TimedWord], given_end: Optional[float],
+                    until: int, cut: bool) -> int:
+        """Where the words of a pass over the buffer up to `until` are final up to (a
+        stream sample; at a cut, where the buffer is cut): a boundary (cut_point)
+        `cut_keep_seconds` or more before `until`, moved into a pause that follows soon."""
         parts = self.parts
         offset_s = parts.buffer.start_s
         segment_ends = [offset_s + s.end for s in result.segments] if result is not None else []
-        before = offset_s + parts.config.cut_after_seconds - parts.config.cut_keep_seconds
-        cut_s = cut_point(words, segment_ends, given_end, before)
+        before = to_seconds(until) - parts.config.cut_keep_seconds
+        cut_s = cut_point(words, segment_ends, given_end, before, keep_last_sentence=cut)
         if cut_s is None:  # no word there: cut the audio as it is
             cut_s = before
         return parts.utterances.cut_sample(cut_s)
@@ -388,7 +395,7 @@ def new_final_words(result: Optional[DecodeResult], offset_s: float, given: Sequ
 
 
 def cut_point(words: Sequence[TimedWord], segment_ends: Sequence[float], given_end: Optional[float],
-              before: float) -> Optional[float]:
+              before: float, keep_last_sentence: bool = True) -> Optional[float]:
     """Where a long buffer is cut (stream seconds), from the final pass of its first
     seconds: at the last but one boundary (a segment end, a sentence's last word, or the
     end of the words already final) up to `before` (LiveConfig.cut_keep_seconds before
@@ -396,7 +403,9 @@ def cut_point(words: Sequence[TimedWord], segment_ends: Sequence[float], given_e
     whisper_streaming cuts at its last but one segment, so that the last sentence stays in
     the buffer with the words after it (cut right before them, tiny.en misheard "a small
     dog walked" as "a small dark walk"). With one boundary, there; with none, after the
-    last word that ends before that point. None: nothing to cut after."""
+    last word that ends before that point. None: nothing to cut after.
+    keep_last_sentence=False: at the last boundary (an interim pass keeps the buffer: the
+    passes after it still hear what came before, so nothing is lost by going that far)."""
     boundaries = {e for e in segment_ends if e <= before}
     boundaries |= {w.end for w in words if w.ends_sentence and w.end <= before}
     if given_end is not None:  # the words already final stay before the cut
@@ -404,8 +413,10 @@ def cut_point(words: Sequence[TimedWord], segment_ends: Sequence[float], given_e
     # a sentence's last word and the segment end after it name one boundary, twice
     ordered = sorted(boundaries)
     ordered = [b for b, later in zip(ordered, ordered[1:] + [float("inf")]) if later - b > 0.5]
-    if len(ordered) >= 2:
+    if len(ordered) >= 2 and keep_last_sentence:
         return ordered[-2]
+    if len(ordered) >= 2:
+        return ordered[-1]
     if ordered:
         return ordered[0]
     ends = [w.end for w in words if w.end <= before]

@@ -10,7 +10,9 @@ was chunked and whenever the session asks.
 
 An utterance ends where the speaker paused (`pause_seconds` without voice after speech),
 or, inside long speech, where the buffer reaches `cut_after_seconds` (the session then
-cuts it). Positions are stream samples at 16 kHz.
+cuts it). With `interim_final_seconds` set (off by default), speech that runs that long
+without a pause gets an interim final pass (its words final up to a boundary, the buffer
+kept). Positions are stream samples at 16 kHz.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class FinalDue:
     until: int
     speech_end: Optional[int]  # a pause: where the speech ended (stream sample)
     cut: bool  # the buffer is full: cut it after the pass
+    interim: bool = False  # long speech with no pause: final up to a boundary, the buffer kept
 
 
 class Utterances:
@@ -38,6 +41,7 @@ class Utterances:
         self.vad = vad
         self.config = config
         self.judged_to = 0  # stream sample up to which final passes have judged the speech
+        self.next_interim = 0  # no interim final pass is due before this stream sample
 
     def judged(self, until: int) -> None:
         """A final pass (or audio dropped unheard) settled the speech up to `until`."""
@@ -57,7 +61,28 @@ class Utterances:
             return FinalDue(speech_end + pause, speech_end, False)
         if buffer_end >= cut:
             return FinalDue(cut, None, True)
+        interim = self._interim_mark()
+        if interim is not None and interim <= buffer_end and interim < cut:
+            return FinalDue(interim, None, False, interim=True)
         return None
+
+    def _interim_mark(self) -> Optional[int]:
+        """Where long speech with no pause gets its interim final pass (a stream sample):
+        `interim_final_seconds` after the first voice the final passes have not judged, and
+        no sooner than (interim_final_seconds - cut_keep_seconds) after the previous interim
+        pass's end, so that each makes progress. From the voice detector's frames alone."""
+        if self.config.interim_final_seconds <= 0:
+            return None
+        onset = self.vad.first_voice(self.judged_to)
+        if onset is None:
+            return None
+        return max(onset + int(self.config.interim_final_seconds * SAMPLE_RATE), self.next_interim)
+
+    def interim_done(self, until: int) -> None:
+        """An interim final pass decoded up to `until`: the next one comes no sooner than
+        its words can have moved on."""
+        step = self.config.interim_final_seconds - self.config.cut_keep_seconds
+        self.next_interim = until + int(max(1.0, step) * SAMPLE_RATE)
 
     def in_progress(self, buffer_start: int, buffer_end: int) -> int:
         """Where a streamed decode's audio starts: the buffer's start, or, once a final pass
