@@ -51,7 +51,7 @@ import tempfile
 import wave
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -183,7 +183,7 @@ def shown_since(versions: Sequence[Tuple[float, str]], final: str) -> List[Optio
     return since
 
 
-def aligned_words(text: str, wanted: Sequence[str]) -> set:
+def aligned_words(text: str, wanted: Sequence[str]) -> Set[int]:
     """The positions of `wanted` (the final text's plain words) that `text` shows at their
     place: its words aligned with them by difflib's longest matching blocks."""
     shown = [plain(w) for w in text.split()]

@@ -72,8 +72,8 @@ class FinalPass:
 
     def run(self, due: FinalDue, newest_arrival: Optional[float], last: bool = False) -> Steps:
         """Decode the buffer up to `due.until`; its words after the final ones replace the
-        streamed words there (all of them at a pause or the end; before the cut point at a
-        cut). Its TokenEvents; returns what it did."""
+        streamed words there (all of them at a pause or the end; before a boundary at a cut,
+        where the buffer is cut, or at an interim pass). Its TokenEvents; returns what it did."""
         parts = self.parts
         offset_s = parts.buffer.start_s
         final_in_buffer = parts.transcript.final_after(offset_s)
@@ -82,15 +82,15 @@ class FinalPass:
         result, words, continued = None, [], False
         if decoded:
             result, words, continued = yield from self._final_words(due, final_in_buffer, newest_arrival)
-        cut = None
-        if due.cut or due.interim:  # final up to a boundary before the audio's last seconds
-            cut = self._cut_sample(result, words, given_end, due.until, due.cut)
-            words = [w for w in words if w.midpoint < to_seconds(cut)]
+        boundary = None  # a stream sample: the pass's words are final up to there
+        if due.cut or due.interim:  # a boundary before the audio's last seconds
+            boundary = self._boundary_sample(result, words, given_end, due.until, due.cut)
+            words = [w for w in words if w.midpoint < to_seconds(boundary)]
         # what the final decodes wrote over: the streamed words after it stay (not revised away)
         covered_to = words[-1].end if words else (given_end if given_end is not None else offset_s)
-        revision = self._make_final(words, cut, None if continued else result, covered_to)
+        revision = self._make_final(words, boundary, None if continued else result, covered_to)
         if due.cut:  # streamed words before the cut no final word covered: their audio goes
-            parts.transcript.finalize_before(to_seconds(cut), keep=self._heard)
+            parts.transcript.finalize_before(to_seconds(boundary), keep=self._heard)
         if last:  # nothing will hear them again: final as they are, unless the detector heard no voice
             parts.transcript.finalize_before(float("inf"), keep=self._heard)
         view = buffer_view(parts.buffer.slice(parts.buffer.offset, due.until), offset_s, None, Decision((), ()), (),
@@ -98,11 +98,11 @@ class FinalPass:
         if due.speech_end is not None:
             now = parts.clock()
             parts.meter.final_delay_s.append(now - parts.inbox.arrival_of(to_seconds(due.until), now))
-        parts.utterances.judged(due.until if cut is None else cut)
+        parts.utterances.judged(due.until if boundary is None else boundary)
         if due.interim:
             parts.utterances.interim_done(due.until)
         if due.cut:
-            parts.buffer.cut_to(cut)
+            parts.buffer.cut_to(boundary)
         if last:
             parts.buffer.cut_to(parts.buffer.end)
         reason = ("the end" if last else "a pause: the utterance heard whole" if due.speech_end is not None
@@ -192,8 +192,8 @@ class FinalPass:
         prefix = Prefix(tuple(w.text for w in words), max(0.0, words[0].start - to_seconds(offset)))
         return Given(prefix, self.parts.transcript.given_tokens(offset))
 
-    def _cut_sample(self, result: Optional[DecodeResult], words: List[TimedWord], given_end: Optional[float],
-                    until: int, cut: bool) -> int:
+    def _boundary_sample(self, result: Optional[DecodeResult], words: List[TimedWord], given_end: Optional[float],
+                         until: int, cut: bool) -> int:
         """Where the words of a pass over the buffer up to `until` are final up to (a
         stream sample; at a cut, where the buffer is cut): a boundary (cut_point)
         `cut_keep_seconds` or more before `until`, moved into a pause that follows soon."""
@@ -209,16 +209,17 @@ class FinalPass:
     def _heard(self, word: TimedWord) -> bool:
         return self.voiced(word.start - SILENCE_SLACK_S, word.end + SILENCE_SLACK_S) > 0
 
-    def _make_final(self, words: List[TimedWord], cut: Optional[int], result: Optional[DecodeResult],
+    def _make_final(self, words: List[TimedWord], boundary: Optional[int], result: Optional[DecodeResult],
                     covered_to: Optional[float] = None):
-        """Replace the streamed words the pass judged (those up to `covered_to`) by its
-        `words`; the revision made."""
+        """Replace the streamed words the pass judged (those up to `covered_to`, and before
+        `boundary` if given) by its `words`; the revision made."""
         parts = self.parts
         now = parts.clock()
         tokens = None
-        if cut is None and result is not None and result.tokens is not None:  # what the next pass is given
+        if boundary is None and result is not None and result.tokens is not None:  # what the next pass is given
             tokens = FinalTokens(parts.buffer.offset, tuple(result.tokens))
-        revision, shown_new = parts.transcript.revise(words, None if cut is None else to_seconds(cut), now, tokens,
+        cut_s = None if boundary is None else to_seconds(boundary)
+        revision, shown_new = parts.transcript.revise(words, cut_s, now, tokens,
                                                       covered_to=covered_to, rescue=self._heard)
         parts.commit_latencies(shown_new, now)
         parts.meter.streamed_judged += len(revision.streamed)
