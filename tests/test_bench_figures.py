@@ -147,7 +147,12 @@ def test_set_changes_a_live_setting_in_its_own_type_and_refuses_a_bad_one(capsys
     parser = argparse.ArgumentParser(prog="bench")
     config = live_config(parser, ["min_new_seconds=0.4", "prompt_chars=100", "policy=agreement"])
     assert (config.min_new_seconds, config.prompt_chars, config.policy) == (0.4, 100, "agreement")
-    for bad in (["no_such_field=1"], ["prompt_chars=many"], ["prompt_chars"]):
+    # a field that defaults to None takes a string; a flag reads false as False
+    assert live_config(parser, ["final_precision=exact"]).final_precision == "exact"
+    assert live_config(parser, ["final_precision=none"]).final_precision is None
+    assert live_config(parser, ["pad_lead_in=false"]).pad_lead_in is False
+    assert live_config(parser, ["pad_lead_in=true"]).pad_lead_in is True
+    for bad in (["no_such_field=1"], ["prompt_chars=many"], ["prompt_chars"], ["pad_lead_in=perhaps"]):
         with pytest.raises(SystemExit):
             live_config(parser, bad)
         assert "--set" in capsys.readouterr().err

@@ -103,7 +103,8 @@ def test_the_final_pass_decodes_as_transcribe_does():
     assert options.timestamps and options.temperature_fallback and options.word_timestamps
     assert not options.attention and not options.single_window and options.beam_size == 1
     assert not options.encode_audio_only  # a whole window, as the streamed pass does not
-    assert options.cache == "static" and options.precision == "exact"  # openai-whisper's arithmetic
+    assert options.cache == "static" and options.precision == "int8"  # the streamed pass's, unless told
+    assert final_options(streamed, "exact").precision == "exact"  # LiveConfig(final_precision="exact")
     assert options.seed == DecodeOptions().seed  # a window that falls back draws the same every run
     assert options.fallback_keeps_best  # faster-whisper's rule when every temperature fails
 
@@ -364,7 +365,7 @@ def test_read_speech_that_does_not_pause_has_its_corrections_within_seconds_not_
         return fed, late
 
     with_interim, late = corrections(LiveConfig(interim_final_seconds=8.0))
-    without, late_without = corrections(LiveConfig())  # the default: none
+    without, late_without = corrections(LiveConfig(interim_final_seconds=0.0))
     print(f"\ncorrections, s after the word: with interim passes {sorted(late)}, without {sorted(late_without)}")
     assert late and late_without
     # measured: corrections 4.1 s (median) / 11.0 s (most) after their word with interim

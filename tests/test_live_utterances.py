@@ -45,10 +45,10 @@ def test_long_speech_with_no_pause_gets_an_interim_final_pass_that_moves_on():
     utterances.interim_done(judged + 8 * SR)
     assert utterances.next_end(0, judged + 13 * SR - 1) is None
     assert utterances.next_end(0, 20 * SR) == FinalDue(judged + 13 * SR, None, False, interim=True)
-    # a pause heard whole comes first; by default there are no interim passes
+    # a pause heard whole comes first; interim_final_seconds=0: no interim passes
     paused = heard(loud(8.5), quiet(0.6), config=interim)
     assert paused.next_end(0, int(9.1 * SR)).speech_end is not None
-    never = heard(loud(20.0))
+    never = heard(loud(20.0), config=LiveConfig(interim_final_seconds=0.0))
     assert never.next_end(0, 20 * SR) is None
 
 

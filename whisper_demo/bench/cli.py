@@ -26,7 +26,20 @@ def live_config(parser: argparse.ArgumentParser, settings: Sequence[str],
     read as the field's type; a bad name or value is the parser's error (it exits)."""
     config = config or LiveConfig()
     try:
-        return replace(config, **{name: type(getattr(config, name))(value)
+        return replace(config, **{name: _value(getattr(config, name), value)
                                   for name, value in (item.split("=", 1) for item in settings)})
     except (ValueError, TypeError, AttributeError) as error:
         parser.error(f"--set: {error}")
+
+
+def _value(default, text: str):
+    """`text` as the type of a field whose default is `default`: a field that defaults to
+    None takes a string ("none": None); a flag true/false (bool("false") would be True)."""
+    if default is None:
+        return None if text.lower() == "none" else text
+    if isinstance(default, bool):
+        flags = {"true": True, "1": True, "false": False, "0": False}
+        if text.lower() not in flags:
+            raise ValueError(f"{text!r} is not true or false")
+        return flags[text.lower()]
+    return type(default)(text)

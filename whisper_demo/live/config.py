@@ -4,7 +4,7 @@ and the check that a decoder gives what that policy reads."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import Optional, Union
 
 from .agreement import AgreementPolicy
 from .alignatt import AlignAttPolicy
@@ -34,11 +34,14 @@ class LiveConfig:
     min_vote_seconds: float = 2.0  # see agreement.py, rule 3
     # silence after speech that ends an utterance: its final pass runs then (final_pass.py)
     pause_seconds: float = 0.5
-    # The final pass decodes in openai-whisper's own arithmetic whatever the streamed pass's
-    # precision (the fast mode on the CPU): its text is the one that stays, and on hard
-    # speech the fast mode's tokens differ ("demotibble force to honor" for "The Montreal
-    # Force Deliner"). Its cost is one exact encoder pass per utterance.
-    final_precision: str = "exact"
+    # The final pass's precision: None, the streamed pass's (the fast mode on a CPU: int8
+    # decoder, bfloat16 encoder), or "exact" (openai-whisper's own arithmetic). Exact was
+    # the default while the fast mode projected the vocabulary with a dynamically quantized
+    # matmul that wrote other words on hard speech; with the int8-weight projection the fast
+    # final pass writes as well as exact's over the dev set's feeds (docs/live.md) at 0.72-0.75x
+    # an exact decode's time (8-25 s of speech), which every final pass, and the streamed
+    # words waiting behind it, pays: what makes the interim passes below affordable here.
+    final_precision: Optional[str] = None
     min_speech_seconds: float = 0.2  # voiced audio needed before anything is decoded
     lead_in_seconds: float = 0.3  # silence kept before the first voice of a buffer
     # a final decode's audio opens with lead_in_seconds before its first voice: silence is
@@ -59,11 +62,10 @@ class LiveConfig:
     # (interim_final_seconds - cut_keep_seconds) after that: its words up to a boundary
     # cut_keep_seconds before the audio's end become final, and the buffer is kept (not cut).
     # Without it, a streamed word that only the final pass corrects ("two" for "2", "and
-    # enter" for "an inter") shows wrong until the buffer's 25 s cut. 0: never, the default:
-    # at 8 s the final text was as good (docs/live.md), but on this 2-core CPU the extra
-    # exact decodes of a buffer of up to 25 s delayed the streamed words through the page
-    # (speech -> commit median 1.3 -> 1.9 s); a machine with headroom can afford them.
-    interim_final_seconds: float = 0.0
+    # enter" for "an inter") shows wrong until the buffer's 25 s cut. 0: never. (With exact
+    # final passes the extra decodes held up the streamed words through the page on this
+    # 2-core CPU: speech -> commit median 1.3 -> 1.9 s; in the fast mode 1.4 s, docs/live.md.)
+    interim_final_seconds: float = 8.0
     hard_limit_seconds: float = 29.5  # one Whisper window: older audio is dropped (counted)
     max_backlog_seconds: float = 120.0  # audio waiting for a stalled decoder
     prompt_chars: int = 200  # committed text given as the prompt (whisper_streaming's 200)

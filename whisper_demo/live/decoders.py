@@ -98,12 +98,12 @@ def streamed_options(options: Optional[DecodeOptions] = None, alignatt: bool = F
     return replace(options or DecodeOptions(), **STREAMED_PASS, timestamps=not alignatt, attention=alignatt)
 
 
-def final_options(options: Optional[DecodeOptions] = None, precision: str = "exact") -> DecodeOptions:
+def final_options(options: Optional[DecodeOptions] = None, precision: Optional[str] = None) -> DecodeOptions:
     """The final pass's options (FINAL_PASS, with the user's FINAL_PASS_TAKES), in
-    `precision` (LiveConfig.final_precision: exact, openai-whisper's own arithmetic, by
-    default)."""
+    `precision` (LiveConfig.final_precision; None: the options' own, the streamed pass's)."""
     options = options or DecodeOptions()
-    return replace(FINAL_PASS, precision=precision, **{name: getattr(options, name) for name in FINAL_PASS_TAKES})
+    return replace(FINAL_PASS, precision=precision or options.precision,
+                   **{name: getattr(options, name) for name in FINAL_PASS_TAKES})
 
 
 def token_limit(model, audio: np.ndarray) -> int:
@@ -150,7 +150,8 @@ def model_decoder(model, options: Optional[DecodeOptions] = None, alignatt: bool
     return decode
 
 
-def model_final_decoder(model, options: Optional[DecodeOptions] = None, precision: str = "exact") -> FinalDecoder:
+def model_final_decoder(model, options: Optional[DecodeOptions] = None,
+                        precision: Optional[str] = None) -> FinalDecoder:
     """The final pass's decoder: stream_transcribe with final_options."""
     options = final_options(options, precision)
     tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages)
@@ -166,9 +167,9 @@ def model_final_decoder(model, options: Optional[DecodeOptions] = None, precisio
     return decode
 
 
-def final_decoder_like(decoder: Decoder, precision: str) -> FinalDecoder:
+def final_decoder_like(decoder: Decoder, precision: Optional[str]) -> FinalDecoder:
     """The final pass's decoder for a streamed one: its model and the user's options (the
-    cache mode), in the final pass's precision."""
+    cache mode), in the final pass's precision (None: the streamed decoder's)."""
     model = getattr(decoder, "model", None)
     if model is None:
         raise ValueError("this decoder has no model to make the final pass's decoder of: "

@@ -3,12 +3,12 @@
 The streamed pass (streamed_pass.py) commits words within about a second, from a buffer
 that ends where the speaker is still talking: the first words of an utterance are
 decided from a short buffer, a word before a pause with little audio after it. At each end
-of an utterance (the voice detector's pause, a cut of a long buffer, Stop), and, where
-LiveConfig.interim_final_seconds is set (off by default), every few seconds in speech that
-does not pause (an interim pass: final up to a boundary `cut_keep_seconds` before the
-audio's end, the buffer kept), the session
-decodes the buffer's whole audio since its last cut once more, as openai-whisper's
-transcribe decodes a window (decoders.FINAL_PASS): timestamp tokens, the temperature
+of an utterance (the voice detector's pause, a cut of a long buffer, Stop), and every few
+seconds in speech that does not pause (an interim pass, LiveConfig.interim_final_seconds:
+final up to a boundary `cut_keep_seconds` before the audio's end, the buffer kept), the
+session decodes the buffer's whole audio since its last cut once more, as openai-whisper's
+transcribe decodes a window (decoders.FINAL_PASS, in the streamed pass's precision unless
+LiveConfig.final_precision says otherwise): timestamp tokens, the temperature
 fallback (seeded: the same audio gives the same words), the text before the buffer as the
 prompt, and the words already final in the buffer given as the transcript's start, with
 the tokens the previous final pass wrote for them (their timestamps included). What it

@@ -11,7 +11,8 @@
 Two passes, as production recognizers give interim and final results: the streamed pass
 (streamed_pass.py) re-decodes the utterance in progress and commits the words its policy
 is sure of; the final pass (final_pass.py) runs at each end of an utterance (a pause, a
-full buffer, finish()) and gives it the text of one decode that heard all of it. This
+full buffer, finish()) and gives it the text of one decode that heard all of it, and every
+few seconds in speech that does not pause (final up to a few seconds before its end). This
 class only decides their order: the final passes that are due, then a streamed decode,
 then the final passes due after it (a pause heard while it decoded).
 

@@ -10,7 +10,7 @@ was chunked and whenever the session asks.
 
 An utterance ends where the speaker paused (`pause_seconds` without voice after speech),
 or, inside long speech, where the buffer reaches `cut_after_seconds` (the session then
-cuts it). With `interim_final_seconds` set (off by default), speech that runs that long
+cuts it). With `interim_final_seconds` set (8 s by default), speech that runs that long
 without a pause gets an interim final pass (its words final up to a boundary, the buffer
 kept). Positions are stream samples at 16 kHz.
 """
