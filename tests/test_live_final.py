@@ -109,6 +109,19 @@ def test_the_final_pass_decodes_as_transcribe_does():
     assert options.fallback_keeps_best  # faster-whisper's rule when every temperature fails
 
 
+def test_a_session_s_final_pass_decodes_in_its_streamed_precision_unless_told(tiny_model):
+    # the fast mode's final pass is as accurate and cheaper (docs/live.md); "exact" still
+    # gives openai-whisper's arithmetic, and a decoder switched mid-session is followed
+    fast = DecodeOptions(cache="static", precision="int8")
+    assert model_session(tiny_model, fast).final.decoder.options.precision == "int8"
+    exact = model_session(tiny_model, fast, LiveConfig(final_precision="exact"))
+    assert exact.final.decoder.options.precision == "exact"
+    session = model_session(tiny_model, DecodeOptions(cache="static"))
+    assert session.final.decoder.options.precision == "exact"
+    session.set_decoder(decoders_module.model_decoder(tiny_model, replace(fast, cache="off"), alignatt=True))
+    assert (session.final.decoder.options.precision, session.final.decoder.options.cache) == ("int8", "off")
+
+
 # ------------------------------------------------------------------ pure pieces
 
 
