@@ -58,8 +58,8 @@ INTRO = (
     "attention has moved past them, with audio after them (or, with LocalAgreement, two "
     "consecutive decodes agreed on them). "
     f'<span style="{TENTATIVE_STYLE}">Grey italic words are tentative</span>: the latest '
-    "guess. When you pause, one decode hears the whole utterance, as a file is transcribed, "
-    "and gives it its **final** text; a word it wrote otherwise is "
+    "guess. When you pause (and every 5 s while you do not), one decode hears the whole "
+    "utterance, as a file is transcribed, and gives it its **final** text; a word it wrote otherwise is "
     '<mark class="wk-revised" style="animation:none">marked</mark> for a moment. '
     "Stop gives the rest its final text, to download as text or subtitles.")
 
