@@ -38,7 +38,8 @@ class LiveConfig:
     # decoder, bfloat16 encoder), or "exact" (openai-whisper's own arithmetic). Exact was
     # the default while the fast mode projected the vocabulary with a dynamically quantized
     # matmul that wrote other words on hard speech; with the int8-weight projection the fast
-    # final pass writes as well as exact's over the dev set's feeds (docs/live.md) at 0.72-0.75x
+    # final pass writes about as well over the dev set's feeds (better in sessions that do
+    # not pause, 3 more errors of 241 on the padded hard clips: docs/live.md) at 0.72-0.75x
     # an exact decode's time (8-25 s of speech), which every final pass, and the streamed
     # words waiting behind it, pays: what makes the interim passes below affordable here.
     final_precision: Optional[str] = None

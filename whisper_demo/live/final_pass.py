@@ -416,9 +416,7 @@ def cut_point(words: Sequence[TimedWord], segment_ends: Sequence[float], given_e
     ordered = [b for b, later in zip(ordered, ordered[1:] + [float("inf")]) if later - b > 0.5]
     if len(ordered) >= 2 and keep_last_sentence:
         return ordered[-2]
-    if len(ordered) >= 2:
-        return ordered[-1]
     if ordered:
-        return ordered[0]
+        return ordered[-1]
     ends = [w.end for w in words if w.end <= before]
     return ends[-1] if ends else None

@@ -53,7 +53,8 @@ class Utterances:
 
     def next_end(self, buffer_start: int, buffer_end: int) -> Optional[FinalDue]:
         """The first end of an utterance not judged yet, in stream order: a pause the voice
-        detector has heard whole, or the buffer's `cut_after_seconds` mark."""
+        detector has heard whole, the buffer's `cut_after_seconds` mark, or, in speech that
+        has not paused, the mark of its next interim pass (_interim_mark)."""
         pause = int(self.config.pause_seconds * SAMPLE_RATE)
         speech_end = self.vad.utterance_end(self.judged_to, pause)
         cut = buffer_start + int(self.config.cut_after_seconds * SAMPLE_RATE)
