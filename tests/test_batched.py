@@ -118,6 +118,25 @@ def speech():
     return np.concatenate(parts)
 
 
+def test_silero_s_streams_score_as_one_stream_over_the_whole_audio_would(speech):
+    """Side-by-side streams, each warmed up on the audio before it, give Silero's decisions
+    frame by frame as one pass over the whole audio does; the same streams misplaced by a
+    few frames (a wrong warm-up offset) would not."""
+    from whisper_demo.live.vad import FRAME, load_silero
+
+    model = load_silero()
+    together = pieces.speech_probabilities(speech, model)
+    n = len(speech) // FRAME
+    assert together.shape == (n,)
+    with torch.inference_mode():
+        model.reset_states()
+        frames = torch.from_numpy(speech[: n * FRAME].copy()).view(n, 1, FRAME)
+        alone = np.array([float(model(frame, SR)[0, 0]) for frame in frames])
+    decisions = np.array(pieces.voiced_frames(together))
+    assert (decisions != np.array(pieces.voiced_frames(alone))).mean() < 0.02
+    assert (decisions != np.array(pieces.voiced_frames(np.roll(alone, 3)))).mean() > 0.04
+
+
 def _alone_and_batched(model, audio, options, spans):
     """Each piece decoded in a batch (encoded in one call, as batched.py does) and alone
     (encoded alone, decode_window): the batch's outcomes, the alone ones, the batch's rows

@@ -1,6 +1,7 @@
 """The fast encoder's attention kernel (bf16_attention.py, kernels/bf16_attention.cpp): it
 computes what float32 attention computes, to bfloat16's precision, on real speech's queries,
-keys and values and on awkward lengths; the encoder uses it where the CPU has AVX512_BF16
+keys and values and on awkward lengths; the encoder uses it
+where the CPU has AVX512_BF16 but no AMX (with AMX, PyTorch's fused attention is faster),
 and falls back to PyTorch (as closely) where it is not built.
 
 On a CPU without AVX512_BF16 the kernel cannot run: there the tests check that it says so
@@ -12,10 +13,12 @@ import torch.nn.functional as F
 from whisper.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
 
 from whisper_demo import bf16_attention
+from whisper_demo import bf16_encoder as bf16_encoder_module
 from whisper_demo.bf16_encoder import Bf16Encoder
 from whisper_demo.kernels import cpu_flags
 
 HAS_BF16 = "avx512_bf16" in cpu_flags().split()
+HAS_AMX = "amx_bf16" in cpu_flags().split()
 # Relative L2 distance from float32 attention over the same bfloat16 q, k, v: measured
 # 0.17-0.19 % (real speech, tiny.en's four layers; random data), the written-out PyTorch
 # attention 0.3-0.5 %. bfloat16 probabilities round by 0.4 %; a wrong scale, a mis-ordered
@@ -98,17 +101,39 @@ def test_the_kernel_refuses_what_it_would_misread():
         bf16_attention.attention(qkv[:, ::2], 6)  # every other position: not contiguous
 
 
-def test_the_encoder_uses_the_kernel_and_without_it_stays_as_close(tiny_model, clip, monkeypatch):
-    mel = pad_or_trim(log_mel_spectrogram(torch.from_numpy(clip("jfk.wav")), padding=N_SAMPLES), N_FRAMES).unsqueeze(0)
+def _window(clip, name):
+    return pad_or_trim(log_mel_spectrogram(torch.from_numpy(clip(name)), padding=N_SAMPLES), N_FRAMES).unsqueeze(0)
+
+
+def _routes_here():
+    """Every route this machine can run: SDPA and the PyTorch blocks anywhere (slowly without
+    the instructions), the kernel where it is built."""
+    return ["sdpa", "blocks"] + (["kernel"] if HAS_BF16 else [])
+
+
+def test_the_encoder_attends_by_the_cpu_s_route_and_every_route_stays_close(tiny_model, clip, monkeypatch):
+    assert bf16_encoder_module.attention_route() == ("sdpa" if HAS_AMX else "kernel" if HAS_BF16 else "blocks")
+    mel = _window(clip, "jfk.wav")
     with torch.inference_mode():
         exact = tiny_model.encoder(mel)
     calls = []
     kernel = bf16_attention.attention
     monkeypatch.setattr(bf16_attention, "attention", lambda *a: calls.append(1) or kernel(*a))
-    with_kernel = Bf16Encoder(tiny_model.encoder)(mel)
-    assert len(calls) == (tiny_model.dims.n_audio_layer if HAS_BF16 else 0)
-    monkeypatch.setattr(bf16_attention, "available", lambda: False)  # no compiler, say
-    without = Bf16Encoder(tiny_model.encoder)(mel)
-    assert len(calls) == (tiny_model.dims.n_audio_layer if HAS_BF16 else 0)
-    for features in (with_kernel, without):
-        assert 0 < relative(features, exact) < FEATURE_TOLERANCE
+    for route in _routes_here():
+        monkeypatch.setattr(bf16_encoder_module, "attention_route", lambda route=route: route)
+        calls.clear()
+        features = Bf16Encoder(tiny_model.encoder)(mel)
+        assert len(calls) == (tiny_model.dims.n_audio_layer if route == "kernel" else 0), route
+        assert 0 < relative(features, exact) < FEATURE_TOLERANCE, route
+
+
+def test_a_window_is_encoded_the_same_in_a_batch_and_alone(tiny_model, clip, monkeypatch):
+    """What lets a batched piece be decoded as it would be alone (batched.py): no route's
+    numbers for one window depend on the other windows beside it."""
+    windows = torch.cat([_window(clip, "jfk.wav"), _window(clip, "speech_25s.wav")])
+    encoder = Bf16Encoder(tiny_model.encoder)
+    for route in _routes_here():
+        monkeypatch.setattr(bf16_encoder_module, "attention_route", lambda route=route: route)
+        together = encoder(windows)
+        for row in range(2):
+            assert torch.equal(together[row:row + 1], encoder(windows[row:row + 1])), route

@@ -8,11 +8,13 @@ multiply bfloat16 at twice float32's rate and read half the bytes, so here:
   and the query, key and value projections are concatenated into one;
 - the block linears and the convolutions run in bfloat16 (oneDNN), the MLP's GELU fused
   into its first linear where PyTorch offers that operator;
-- attention is one compiled kernel (bf16_attention.py): scores, a float32 softmax and the
-  weighted sum of values for a block of 32 queries while they sit in the core's cache.
-  PyTorch's fused CPU attention (SDPA) takes as long in bfloat16 as in float32 here, and one
-  [heads, 1500, 1500] score matrix is 27 MB. Without the kernel (no compiler, no
-  AVX512_BF16) the same attention is written out in PyTorch, 256 queries at a time;
+- attention, by what the CPU has (`attention_route`): on AMX cores PyTorch's fused attention
+  (SDPA), whose bfloat16 path multiplies on AMX tiles (one tiny.en layer over 1500
+  positions: 7 ms against the kernel's 23, as close to float32); with AVX512_BF16 alone
+  the compiled kernel (bf16_attention.py: scores, a float32 softmax and the weighted sum of
+  values for a block of 32 queries while they sit in the core's cache), where SDPA had
+  measured as slow in bfloat16 as in float32; without the kernel (no compiler) the same
+  attention written out in PyTorch, 256 queries at a time;
 - layer norms are computed in float32 (their statistics over 384-1280 values lose most to
   rounding), the residual stream is kept in float32 (each block adds a small update to it),
   and the output features are float32, as the decoder expects.
@@ -39,6 +41,7 @@ PACKED_FOR_ROWS = 1500  # oneDNN picks its weight layout for this many input row
 QUERY_BLOCK = 256  # queries per attention block: 6-20 heads x 256 x 1500 scores in cache
 # CPU flags (Linux /proc/cpuinfo) for native bfloat16 dot products
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+AMX_FLAG = "amx_bf16"  # bfloat16 tile multiplies, which PyTorch's fused attention uses
 # weights kept in float32: the layer norms and the positional embedding (added in float32)
 FLOAT32_MODULES = ("attn_ln", "mlp_ln", "ln_post", "positional_embedding")
 
@@ -54,11 +57,26 @@ def bf16_supported() -> bool:
     """Whether this CPU multiplies bfloat16 natively and PyTorch can use it (oneDNN)."""
     if not torch.backends.mkldnn.is_available():
         return False
+    return any(flag in _cpu_flags() for flag in BF16_FLAGS)  # none known (not Linux): float32
+
+
+@lru_cache(maxsize=1)
+def _cpu_flags() -> frozenset:
     try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:  # not Linux: no way to tell cheaply, so stay with float32
-        return False
-    return any(flag in flags for flag in BF16_FLAGS)
+        return frozenset(Path("/proc/cpuinfo").read_text().split())
+    except OSError:  # not Linux
+        return frozenset()
+
+
+def attention_route() -> str:
+    """How the encoder's self-attention runs here: "sdpa" (PyTorch's fused attention, on AMX
+    cores), "kernel" (bf16_attention.py, AVX512_BF16 without AMX) or "blocks" (written out in
+    PyTorch: no compiled kernel). SDPA's numbers for a window do not depend on the other
+    windows of a batch nor on the thread count (tests/test_bf16_attention.py), as the
+    kernel's do not: a batched piece is encoded as it would be alone."""
+    if AMX_FLAG in _cpu_flags():
+        return "sdpa"
+    return "kernel" if bf16_attention.available() else "blocks"
 
 
 @lru_cache(maxsize=1)
@@ -146,11 +164,22 @@ class Bf16Encoder:
 
     def _attention(self, x: Tensor, prefix: str) -> Tensor:
         qkv = self._linear(x, prefix + "qkv")
-        if bf16_attention.available() and qkv.shape[-1] == 3 * self.n_head * bf16_attention.HEAD_DIM:
+        route = attention_route()
+        if route == "sdpa":
+            heads = self._fused_attention(qkv)
+        elif route == "kernel" and qkv.shape[-1] == 3 * self.n_head * bf16_attention.HEAD_DIM:
             heads = bf16_attention.attention(qkv, self.n_head)
         else:
             heads = self._attention_in_blocks(qkv)
         return self._linear(heads, prefix + "out")
+
+    def _fused_attention(self, qkv: Tensor) -> Tensor:
+        """PyTorch's fused attention on the projection's heads (strided views, no copies in),
+        the heads written back side by side for the output projection."""
+        batch, positions, width = qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3
+        q, k, v = (part.view(batch, positions, self.n_head, -1).transpose(1, 2) for part in qkv.split(width, dim=-1))
+        out = F.scaled_dot_product_attention(q, k, v)
+        return out.transpose(1, 2).reshape(batch, positions, width)
 
     def _attention_in_blocks(self, qkv: Tensor) -> Tensor:
         """The same attention in PyTorch (no compiler, another head width), a block of queries
