@@ -1,8 +1,8 @@
 """The fast encoder's attention kernel (bf16_attention.py, kernels/bf16_attention.cpp): it
 computes what float32 attention computes, to bfloat16's precision, on real speech's queries,
-keys and values and on awkward lengths; the encoder uses it
-where the CPU has AVX512_BF16 but no AMX (with AMX, PyTorch's fused attention is faster),
-and falls back to PyTorch (as closely) where it is not built.
+keys and values and on awkward lengths; the encoder uses it where the CPU has AVX512_BF16
+but no AMX (with AMX, PyTorch's fused attention is faster), and falls back to PyTorch (as
+closely) where it is not built.
 
 On a CPU without AVX512_BF16 the kernel cannot run: there the tests check that it says so
 and is not used, rather than skipping (a skip fails in CI)."""

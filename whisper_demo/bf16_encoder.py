@@ -28,14 +28,13 @@ fast mode keeps the float32 encoder.
 import threading
 import weakref
 from functools import lru_cache
-from pathlib import Path
 from typing import Dict, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import bf16_attention
+from . import bf16_attention, kernels
 
 PACKED_FOR_ROWS = 1500  # oneDNN picks its weight layout for this many input rows (a window); any count runs
 QUERY_BLOCK = 256  # queries per attention block: 6-20 heads x 256 x 1500 scores in cache
@@ -62,10 +61,8 @@ def bf16_supported() -> bool:
 
 @lru_cache(maxsize=1)
 def _cpu_flags() -> frozenset:
-    try:
-        return frozenset(Path("/proc/cpuinfo").read_text().split())
-    except OSError:  # not Linux
-        return frozenset()
+    """kernels.cpu_flags() as a set, read once: attention_route asks for each layer."""
+    return frozenset(kernels.cpu_flags().split())
 
 
 def attention_route() -> str:
