@@ -24,10 +24,10 @@ from typing import Generator, List, Optional
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.distributions import Categorical
 from whisper.decoding import DecodingOptions, DecodingTask, GreedyDecoder
 from whisper.tokenizer import Tokenizer
 
+from . import sampling
 from .cache import make_cache
 from .events import DecodeOptions
 from .logit_filters import WindowFilters
@@ -89,21 +89,18 @@ class RawAttention:
 
 
 class SeededSampler(GreedyDecoder):
-    """openai-whisper's GreedyDecoder at a temperature above 0, drawing from `generator`
-    instead of torch's global generator (DecodeOptions.seed). The draws are those of
-    `Categorical(logits / temperature).sample()`, so a generator seeded with n gives what
-    transcribe gives after torch.manual_seed(n)."""
+    """openai-whisper's GreedyDecoder at a temperature above 0, its draws those of
+    `Categorical(logits / temperature).sample()` from `generator` (None: torch's global
+    one, as openai-whisper; DecodeOptions.seed gives a generator of the decode's own, so
+    seeded with n it draws what transcribe draws after torch.manual_seed(n)), in fewer
+    operations (sampling.draw)."""
 
-    def __init__(self, temperature: float, eot: int, generator: torch.Generator):
+    def __init__(self, temperature: float, eot: int, generator: Optional[torch.Generator]):
         super().__init__(temperature, eot)
         self.generator = generator
 
     def update(self, tokens, logits, sum_logprobs):
-        # the same probabilities; without the argument check (~0.2 ms a step on 51,864
-        # columns), which openai-whisper's logits always pass
-        probs = Categorical(logits=logits / self.temperature, validate_args=False).probs
-        next_tokens = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True,
-                                        generator=self.generator).T.reshape(probs.shape[:-1])
+        next_tokens = sampling.draw(logits, self.temperature, self.generator)
         return _append_picks(tokens, logits, next_tokens, sum_logprobs, self.eot)
 
 
@@ -203,10 +200,11 @@ class WindowDecode:
         ))
 
     def _choose_token_decoder(self, temperature: float, generator) -> None:
-        """openai-whisper's token decoder, or ours where it picks the same tokens cheaper
-        (greedy) or draws from the decode's own generator (sampling, DecodeOptions.seed)."""
+        """openai-whisper's token decoder (beam search), or ours where it picks the same
+        tokens cheaper: greedy, and sampling (from the decode's own generator where
+        DecodeOptions.seed gives one)."""
         task = self.task
-        if temperature > 0 and generator is not None:
+        if temperature > 0:
             task.decoder = SeededSampler(temperature, self.tokenizer.eot, generator)
         elif temperature == 0 and not self.beam:
             task.decoder = ArgmaxGreedy(temperature, self.tokenizer.eot)
