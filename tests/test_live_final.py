@@ -141,6 +141,37 @@ def test_the_given_words_are_left_out_of_the_final_words():
     assert [w.text for w in new_final_words(result, 10.0, ("Its", "late"))] == ["We", "go."]
 
 
+def test_a_given_word_written_otherwise_is_not_written_twice():
+    # the pass before wrote "Montreal. Forest." (ending at 15.94); this one hears the same
+    # "forced" as "First." over 14.96-16.36: that is the given word again, not a new one.
+    # Only the given words left unmatched are taken back, and only inside their time.
+    words = [("Montreal.", 1.08, 3.46), ("First.", 4.96, 6.36), ("A", 7.8, 9.06), ("liner.", 9.06, 9.38)]
+    result = decode_result_of(words)
+    new = new_final_words(result, 10.0, ("Montreal.", "Forest."), given_end=15.94)
+    assert [w.text for w in new] == ["A", "liner."]
+    # a word that starts after the given words' time is new, however it is spelt
+    assert [w.text for w in new_final_words(result, 10.0, ("Montreal.", "Forest."), given_end=14.5)] == [
+        "First.", "A", "liner."]
+    # every given word matched: nothing is taken back, whatever the times say
+    assert [w.text for w in new_final_words(result, 10.0, ("Montreal.",), given_end=19.0)] == [
+        "First.", "A", "liner."]
+    # one given word unmatched takes back at most one
+    assert [w.text for w in new_final_words(result, 10.0, ("Montreal.", "Forest."), given_end=30.0)] == [
+        "A", "liner."]
+
+
+def decode_result_of(words):
+    from whisper_demo.events import DecodeResult, Segment
+    from whisper_demo.timing import Word
+
+    text = "".join(f" {w}" for w, _, _ in words)
+    segment = Segment(words[0][1], words[-1][2], text, [], [Word(f" {w}", s, e) for w, s, e in words])
+    return DecodeResult(text=text, tokens=[], segments=[segment], language="en", cache_mode="static",
+                        beam_size=1, n_tokens=len(words), decode_seconds=0.0, encoder_ms=0.0,
+                        tokens_per_second=0.0, mean_latency_ms=0.0, p95_latency_ms=0.0,
+                        peak_self_cache_bytes=0, peak_cross_cache_bytes=0, peak_rss_bytes=0)
+
+
 def test_a_long_buffer_is_cut_at_the_last_but_one_boundary_before_its_last_seconds():
     words = timed("It@1-1.3 is@1.3-1.5 late.@1.5-2.0 We@3-3.3 go.@3.3-3.6 Now@4-4.3 home@4.3-16")
     # sentence ends 2.0 and 3.6 and segment ends a few ms after them name two boundaries:

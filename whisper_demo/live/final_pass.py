@@ -383,16 +383,26 @@ def new_final_words(result: Optional[DecodeResult], offset_s: float, given: Sequ
     seconds). The given words come back first, but not always word for word: word timing
     splits the text afresh, and a segment of no duration loses its words. So they are
     found by aligning the two texts: what follows the last word matched to a given one
-    is new; with nothing matched, what starts after the given words' end."""
+    is new; with nothing matched, what starts after the given words' end.
+
+    Given words left after the last one matched were written otherwise this time (tiny.en
+    heard "forced" as "Forest." in one pass and as "First." in the next): the decode's words
+    in their place that start inside the given words' time are those words again, not new
+    speech, and are left out too, at most as many as were left."""
     words = result_words(result, offset_s, voiced)
     if not given:
         return words
     norms = [normalize_word(text) for text in given]
     matcher = SequenceMatcher(a=norms, b=[w.norm for w in words], autojunk=False)
-    matched = [block.b + block.size for block in matcher.get_matching_blocks() if block.size]
-    if matched:
-        return words[max(matched):]
-    return [w for w in words if w.start > given_end - START_SLACK_S]
+    blocks = [block for block in matcher.get_matching_blocks() if block.size]
+    if not blocks:
+        return [w for w in words if w.start > given_end - START_SLACK_S]
+    new = words[blocks[-1].b + blocks[-1].size:]
+    rewritten = len(norms) - (blocks[-1].a + blocks[-1].size)  # given words not matched at the end
+    again = 0
+    while again < min(rewritten, len(new)) and new[again].start <= given_end - START_SLACK_S:
+        again += 1
+    return new[again:]
 
 
 def cut_point(words: Sequence[TimedWord], segment_ends: Sequence[float], given_end: Optional[float],
