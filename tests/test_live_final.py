@@ -16,7 +16,7 @@ from whisper_demo.live import decoders as decoders_module
 from whisper_demo.live.decoders import final_options
 from whisper_demo.live.final_pass import cut_point, new_final_words
 
-from live_script import timed_words as timed
+from live_script import scripted_result, timed_words as timed
 from whisper_demo.live.revision import compare
 
 SR = 16000
@@ -126,15 +126,7 @@ def test_a_session_s_final_pass_decodes_in_its_streamed_precision_unless_told(ti
 
 
 def test_the_given_words_are_left_out_of_the_final_words():
-    from whisper_demo.events import DecodeResult, Segment
-    from whisper_demo.timing import Word
-
-    segment = Segment(0.0, 3.0, " It's late. We go.", [], [Word(" It's", 0.1, 0.5), Word(" late.", 0.5, 1.0),
-                                                            Word(" We", 2.0, 2.3), Word(" go.", 2.3, 2.8)])
-    result = DecodeResult(text=segment.text, tokens=[], segments=[segment], language="en", cache_mode="static",
-                          beam_size=1, n_tokens=2, decode_seconds=0.0, encoder_ms=0.0, tokens_per_second=0.0,
-                          mean_latency_ms=0.0, p95_latency_ms=0.0, peak_self_cache_bytes=0,
-                          peak_cross_cache_bytes=0, peak_rss_bytes=0)
+    result = scripted_result([("It's", 0.1, 0.5), ("late.", 0.5, 1.0), ("We", 2.0, 2.3), ("go.", 2.3, 2.8)])
     new = new_final_words(result, 10.0, ("It's", "late."))
     assert [(w.text, w.start) for w in new] == [("We", 12.0), ("go.", 12.3)]
     # given words spelt otherwise (a retry's word timing): what starts after them is new
@@ -146,7 +138,7 @@ def test_a_given_word_written_otherwise_is_not_written_twice():
     # "forced" as "First." over 14.96-16.36: that is the given word again, not a new one.
     # Only the given words left unmatched are taken back, and only inside their time.
     words = [("Montreal.", 1.08, 3.46), ("First.", 4.96, 6.36), ("A", 7.8, 9.06), ("liner.", 9.06, 9.38)]
-    result = decode_result_of(words)
+    result = scripted_result(words)
     new = new_final_words(result, 10.0, ("Montreal.", "Forest."), given_end=15.94)
     assert [w.text for w in new] == ["A", "liner."]
     # a word that starts after the given words' time is new, however it is spelt
@@ -158,18 +150,6 @@ def test_a_given_word_written_otherwise_is_not_written_twice():
     # one given word unmatched takes back at most one
     assert [w.text for w in new_final_words(result, 10.0, ("Montreal.", "Forest."), given_end=30.0)] == [
         "A", "liner."]
-
-
-def decode_result_of(words):
-    from whisper_demo.events import DecodeResult, Segment
-    from whisper_demo.timing import Word
-
-    text = "".join(f" {w}" for w, _, _ in words)
-    segment = Segment(words[0][1], words[-1][2], text, [], [Word(f" {w}", s, e) for w, s, e in words])
-    return DecodeResult(text=text, tokens=[], segments=[segment], language="en", cache_mode="static",
-                        beam_size=1, n_tokens=len(words), decode_seconds=0.0, encoder_ms=0.0,
-                        tokens_per_second=0.0, mean_latency_ms=0.0, p95_latency_ms=0.0,
-                        peak_self_cache_bytes=0, peak_cross_cache_bytes=0, peak_rss_bytes=0)
 
 
 def test_a_long_buffer_is_cut_at_the_last_but_one_boundary_before_its_last_seconds():
@@ -213,7 +193,6 @@ def test_the_page_marks_each_changed_run_once_with_what_it_replaced():
 
 # ---------------------------------------------------------------------- coverage (pure, scripted)
 
-from live_script import scripted_result  # noqa: E402
 
 from whisper_demo.live.final_pass import final_words, heard, result_words  # noqa: E402
 
