@@ -177,6 +177,38 @@ def test_step_threads_gives_torch_one_thread_and_the_kernels_the_rest():
     assert torch.get_num_threads() == outer
 
 
+def test_step_threads_gives_mkls_vector_math_one_thread_too():
+    """torch's exp and log1p thread by MKL's count, not OpenMP's: inside a step MKL's count
+    for this thread is 1 (a sampled step's draw then leaves the other core to the kernels'
+    helper), a prompt's matrix products get torch's count back, and another thread and
+    the code after the step keep theirs."""
+    if not kernels.available() or kernels.mkl_threads.max_threads() is None:
+        return  # a torch without MKL: nothing to set
+    import threading
+
+    torch_before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        outer = kernels.mkl_threads.max_threads()
+        assert outer == 2
+        seen_elsewhere = []
+        with kernels.step_threads():
+            assert kernels.mkl_threads.max_threads() == 1
+            with kernels.torch_threads():
+                assert kernels.mkl_threads.max_threads() == outer
+            assert kernels.mkl_threads.max_threads() == 1
+            with kernels.step_threads():  # nested: still one, and the outer step's count after
+                assert kernels.mkl_threads.max_threads() == 1
+            assert kernels.mkl_threads.max_threads() == 1
+            other = threading.Thread(target=lambda: seen_elsewhere.append(kernels.mkl_threads.max_threads()))
+            other.start()
+            other.join()
+        assert seen_elsewhere == [outer]
+        assert kernels.mkl_threads.max_threads() == outer
+    finally:
+        torch.set_num_threads(torch_before)
+
+
 @pytest.mark.model  # and in a child process
 def test_decoder_without_kernels_gives_the_same_tokens():
     """WHISPER_KV_NO_KERNELS=1 (as on a machine without a compiler): PyTorch's float32 path,

@@ -23,6 +23,7 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
+from . import mkl_threads
 from .build import library
 # The build's names that callers use as kernels.X (kernels.available(), kernels.load_cached)
 from .build import (  # noqa: F401
@@ -59,15 +60,19 @@ def step_threads():
     operator) and waits for it at a barrier, and when another process holds the other core
     that wait can last milliseconds per operator (README, "A step's threads"). Only the
     calling thread's OpenMP count changes (torch reads it per thread): other decodes keep
-    theirs."""
+    theirs. MKL's count for the thread as well: torch's exp and log1p thread by it
+    (mkl_threads.py says what that cost)."""
     lib = library()
     outer = lib.openmp_threads()
     previous = getattr(_step, "threads", None)
     _step.threads = previous or outer
     lib.set_openmp_threads(1)
+    outer_mkl = mkl_threads.set_local_threads(1)
     try:
         yield
     finally:
+        if outer_mkl is not None:
+            mkl_threads.set_local_threads(outer_mkl)
         lib.set_openmp_threads(outer)
         _step.threads = previous
 
@@ -90,9 +95,12 @@ def torch_threads(when: bool = True):
         return
     lib = library()
     lib.set_openmp_threads(threads)
+    mkl_inside = mkl_threads.set_local_threads(threads)
     try:
         yield
     finally:
+        if mkl_inside is not None:
+            mkl_threads.set_local_threads(mkl_inside)
         lib.set_openmp_threads(1)
 
 
