@@ -159,10 +159,13 @@ class DecoderRunner:
         """Project the encoder output once per window: per layer (K, V), head-split.
         In the int8 mode with the kernels they are kept as float16 (half the bytes a step
         reads), K in the transposed layout kernels.attend reads (still a [1, heads, 1500,
-        head_dim] view)."""
-        kv = [(self._split_heads(b.cross_key(audio_features)).contiguous(),
-               self._split_heads(b.cross_value(audio_features)).contiguous())
-              for b in self.blocks]
+        head_dim] view). A real matrix product (1500 rows): torch's threads, also where a
+        step's first forward calls it inside step_threads (one thread there: 4.9 against
+        2.4 ms a projection, eight a window, 2 cores)."""
+        with kernels.torch_threads():
+            kv = [(self._split_heads(b.cross_key(audio_features)).contiguous(),
+                   self._split_heads(b.cross_value(audio_features)).contiguous())
+                  for b in self.blocks]
         if self.kind == "i8":
             kv = [(kernels.cross_key_layout(k, torch.float16), v.half()) for k, v in kv]
         elif self.kind == "f16":
