@@ -195,9 +195,16 @@ def page_app(tiny_model):
 
 
 @pytest.mark.parametrize("mode", ["static", "hooks", "off"])
-def test_stop_on_the_page_frees_every_cache_tensor(page_app, tiny_model, made_caches, runner_calls, mode):
-    """Stop: Gradio closes the handler's generator (SyncToAsyncIterator.aclose)."""
+def test_stop_on_the_page_frees_every_cache_tensor(page_app, tiny_model, made_caches, runner_calls, mode,
+                                                   monkeypatch):
+    """Stop: Gradio closes the handler's generator (SyncToAsyncIterator.aclose).
 
+    Every token is a page update here: the page's Throttle sends one every 100-200 ms, and
+    on a fast machine jfk.wav's whole decode fits in one such interval, so Stop would come
+    after the decode instead of in the middle of it."""
+    from whisper_demo.ui.transcribe import throttle
+
+    monkeypatch.setattr(throttle.Throttle, "due", lambda self: True)
     fn = next(f.fn for f in page_app.fns.values() if f.api_name == "transcribe_page")
     jfk = str(clip_path("jfk.wav"))
     gen = fn(jfk, mode != "off", mode if mode != "off" else "static", 1, "auto", True, "tiny.en", None)
