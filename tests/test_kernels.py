@@ -59,16 +59,24 @@ def test_int8_matmul_is_close_and_row_independent():
 
 @pytest.mark.parametrize("rows", [1, 5])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_attention_kernel_is_sdpa(rows, dtype):
+@pytest.mark.parametrize("length, dim", [(1500, 64), (437, 64), (437, 128)])
+def test_attention_kernel_is_sdpa(rows, dtype, length, dim):
+    """Cross-attention of a step's rows (beams): torch's attention up to rounding, at a
+    window's 1500 frames and at a streamed decode's fewer (not a multiple of the panel
+    width), with Whisper's head size and another; each row's numbers are those it gets
+    alone (a beam's logits do not depend on the other beams)."""
     if not kernels.available():
         return
     torch.manual_seed(0)
-    q, k, v = torch.randn(1, 6, rows, 64), torch.randn(1, 6, 1500, 64), torch.randn(1, 6, 1500, 64)
+    q, k, v = torch.randn(1, 6, rows, dim), torch.randn(1, 6, length, dim), torch.randn(1, 6, length, dim)
     k_stored, v_stored = kernels.cross_key_layout(k, dtype), v.to(dtype).contiguous()
     assert kernels.can_attend(q, k_stored, v_stored)
     assert torch.equal(k_stored.float(), k.to(dtype).float())  # a view that still reads as K
     reference = F.scaled_dot_product_attention(q, k_stored.float(), v_stored.float())
-    torch.testing.assert_close(kernels.attend(q, k_stored, v_stored), reference, rtol=1e-4, atol=1e-5)
+    together = kernels.attend(q, k_stored, v_stored)
+    torch.testing.assert_close(together, reference, rtol=1e-4, atol=1e-5)
+    alone = torch.cat([kernels.attend(q[:, :, r:r + 1], k_stored, v_stored) for r in range(rows)], dim=2)
+    assert torch.equal(together, alone)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -199,6 +199,55 @@ static void exp_shifted(float* __restrict s, long L, float m, float* sum) {
 #endif
 }
 
+// The scores of one head, S[m, t] = sum_d qs[m, d] * kt[d, t] for t < L, the sum over d in
+// order from 0 (the panel's order, so the same numbers as panel<T, M> over these lines):
+// kt's D lines are read once, front to back. (A panel over t read them as D streams Lp
+// apart, 64 bytes from each in turn: with head_values64, a step's four layers of tiny.en's
+// K/V, read from memory, take 0.73-0.75x that time in float16 and 0.81-0.85x in float32 on
+// one thread of an AVX2 EPYC; docs/benchmarks.md.)
+template <typename T, int M>
+static void head_scores(const float* qs, long D, const T* kt, long L, long Lp, float* S) {
+    const long Lc = (L + NB - 1) / NB * NB;  // whole panels' width (<= Lp)
+    for (int m = 0; m < M; m++)
+        for (long t = 0; t < Lc; t++) S[m * Lp + t] = 0.0f;
+    for (long d = 0; d < D; d++) {
+        const T* __restrict line = kt + d * Lp;
+        float qd[M];
+        for (int m = 0; m < M; m++) qd[m] = qs[m * D + d];
+        for (long t0 = 0; t0 < Lc; t0 += NB) {
+            __builtin_prefetch(line + t0 + PREFETCH * NB);
+            float wf[NB];
+            widen(line + t0, wf);
+            for (int m = 0; m < M; m++) {
+                float* __restrict s = S + m * Lp + t0;
+                for (int j = 0; j < NB; j++) s[j] += qd[m] * wf[j];
+            }
+        }
+    }
+}
+
+// The weighted values of one head for Whisper's head size (64), acc[m, :] = sum_t S[m, t] *
+// v[t, :], t in order from 0 (the panel's order, the same numbers): v's L rows are read once,
+// front to back, where two panels of 32 columns read each row's halves 128 bytes apart.
+template <typename T, int M>
+static void head_values64(const float* S, long Lp, const T* v, long L, float* acc) {
+    float a[M][64];
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < 64; j++) a[m][j] = 0.0f;
+    for (long t = 0; t < L; t++) {
+        const T* __restrict row = v + t * 64;
+        __builtin_prefetch(row + PREFETCH * 64);
+        float wf[64];
+        widen(row, wf);
+        widen(row + NB, wf + NB);
+        for (int m = 0; m < M; m++) {
+            const float p = S[m * Lp + t];
+            for (int j = 0; j < 64; j++) a[m][j] += p * wf[j];
+        }
+    }
+    std::memcpy(acc, a, sizeof(a));
+}
+
 template <typename T, int M>
 static void attend_head(const float* q, long H, long D, const T* kt, const T* v, long L, long Lp,
                         float scale, float* out, float* S) {
@@ -206,11 +255,7 @@ static void attend_head(const float* q, long H, long D, const T* kt, const T* v,
     float qs[M * 256];
     for (int r = 0; r < M; r++)
         for (long d = 0; d < D; d++) qs[r * D + d] = q[r * H * D + d] * scale;
-    float acc[M * NB];
-    for (long t0 = 0; t0 < L; t0 += NB) {  // scores: [M, Lp] = qs @ kt
-        panel<T, M>(qs, D, kt + t0, D, acc, Lp);
-        for (int r = 0; r < M; r++) std::memcpy(S + r * Lp + t0, acc + r * NB, NB * sizeof(float));
-    }
+    head_scores<T, M>(qs, D, kt, L, Lp, S);
     float inv[M];
     for (int r = 0; r < M; r++) {
         float* s = S + r * Lp;
@@ -220,6 +265,14 @@ static void attend_head(const float* q, long H, long D, const T* kt, const T* v,
         exp_shifted(s, L, m, &sum);
         inv[r] = 1.0f / sum;
     }
+    if (D == 64) {  // Whisper's head size, in every model
+        float acc[M * 64];
+        head_values64<T, M>(S, Lp, v, L, acc);
+        for (int r = 0; r < M; r++)
+            for (int j = 0; j < 64; j++) out[r * H * D + j] = acc[r * 64 + j] * inv[r];
+        return;
+    }
+    float acc[M * NB];
     for (long d0 = 0; d0 < D; d0 += NB) {  // out: [M, D] = p @ v
         panel<T, M>(S, Lp, v + d0, L, acc, D);
         for (int r = 0; r < M; r++)
