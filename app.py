@@ -141,7 +141,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--live-precision", choices=PRECISIONS, default=None,
                    help="the precision of live decodes (the Live tab, --mic). Default int8 on the "
                         "CPU: per session as accurate as exact, and its bfloat16 encoder about 3x "
-                        "faster (docs/live.md); exact elsewhere")
+                        "faster where the CPU has bfloat16 (AVX512_BF16 or AMX; float32 elsewhere, "
+                        "docs/live.md); exact on a GPU")
     p.add_argument("--seed", type=_seed, default=0, metavar="N|random",
                    help="seed of the sampling in a window that falls back to a higher temperature: "
                         "the same file gives the same transcript every run, the one openai-whisper's "
