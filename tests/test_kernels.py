@@ -77,6 +77,9 @@ def test_attention_kernel_is_sdpa(rows, dtype, length, dim):
     torch.testing.assert_close(together, reference, rtol=1e-4, atol=1e-5)
     alone = torch.cat([kernels.attend(q[:, :, r:r + 1], k_stored, v_stored) for r in range(rows)], dim=2)
     assert torch.equal(together, alone)
+    # K transposed with lines that end mid-panel would be read past their end: not taken
+    unpadded = k.to(dtype).transpose(-1, -2).contiguous().transpose(-1, -2)
+    assert kernels.can_attend(q, unpadded, v_stored) == (length % kernels.panel_width() == 0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -180,10 +180,12 @@ def cross_key_layout(k: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
 
 
 def can_attend(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """Whether `attend` takes these: a step's few rows, K from cross_key_layout, V contiguous."""
+    """Whether `attend` takes these: a step's few rows, K from cross_key_layout (its lines a
+    whole number of panels long: the kernel reads them a panel at a time), V contiguous."""
     dim = q.shape[-1]
     return (q.shape[0] == 1 and q.shape[2] <= 64 and dim % 32 == 0 and dim <= 256
-            and k.stride(-2) == 1 and k.stride(-1) >= k.shape[-2] and v.is_contiguous()
+            and k.stride(-2) == 1 and k.stride(-1) >= k.shape[-2] and k.stride(-1) % panel_width() == 0
+            and v.is_contiguous()
             and k.dtype == v.dtype and k.dtype in (torch.float32, torch.float16))
 
 
