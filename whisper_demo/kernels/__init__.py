@@ -17,6 +17,7 @@ slower. `describe_path()` says which path decoder steps take and why.
 
 import contextlib
 import ctypes
+import functools
 import threading
 from typing import List, Optional
 
@@ -31,7 +32,9 @@ from .build import (  # noqa: F401
     unsupported_cpu,
 )
 
+@functools.lru_cache(maxsize=1)
 def panel_width() -> int:
+    """The packed panels' width (the library's NB): asked once, as can_attend runs every step."""
     return library().panel_width()
 
 

@@ -203,7 +203,7 @@ static void exp_shifted(float* __restrict s, long L, float m, float* sum) {
 // order from 0 (the panel's order, so the same numbers as panel<T, M> over these lines):
 // kt's D lines are read once, front to back. (A panel over t read them as D streams Lp
 // apart, 64 bytes from each in turn: with head_values64, a step's four layers of tiny.en's
-// K/V, read from memory, take 0.73-0.75x that time in float16 and 0.81-0.85x in float32 on
+// K/V, read from memory, take 0.73-0.75x that time in float16 and 0.81-0.83x in float32 on
 // one thread of an AVX2 EPYC; docs/benchmarks.md.)
 template <typename T, int M>
 static void head_scores(const float* qs, long D, const T* kt, long L, long Lp, float* S) {
