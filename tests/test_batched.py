@@ -79,6 +79,19 @@ def test_pieces_cover_every_region_in_order_and_none_is_over_the_limit(seed):
         assert any(s <= start < e for s, e in cut) and any(s < end <= e for s, e in cut)
 
 
+def test_speech_no_segment_covers_is_found_and_kept_under_the_limit():
+    regions = [(0, 10 * S), (12 * S, 50 * S)]
+    heard = [(1 * S, 3 * S), (5 * S, 9 * S), (12 * S, 14 * S)]  # segments' times
+    margin = S // 5
+    unheard = pieces.unheard_speech(regions, heard, min_length=S, margin=margin, max_length=30 * S)
+    # 3-5 s: a sentence skipped between two segments; 9-10 s: under a second, not a skip;
+    # 0-1 s: under a second; 14-50 s: a whole stretch unwritten, in parts of at most 30 s
+    assert unheard == [(3 * S + margin, 5 * S - margin), (14 * S + margin, 44 * S + margin),
+                       (44 * S + margin, 50 * S)]
+    assert pieces.unheard_speech(regions, [(0, 50 * S)], S, margin, 30 * S) == []  # all heard
+    assert pieces.unheard_speech([], heard, S, margin, 30 * S) == []
+
+
 def test_batch_size_is_an_option_and_not_below_zero():
     assert DecodeOptions().batch_size == 0
     assert DecodeOptions(batch_size=8).batch_size == 8
@@ -118,22 +131,24 @@ def speech():
     return np.concatenate(parts)
 
 
-def test_silero_s_streams_score_as_one_stream_over_the_whole_audio_would(speech):
-    """Side-by-side streams, each warmed up on the audio before it, give Silero's decisions
-    frame by frame as one pass over the whole audio does; the same streams misplaced by a
-    few frames (a wrong warm-up offset) would not."""
+def test_silero_scores_a_file_as_the_live_detector_s_model_scores_it_frame_by_frame(speech):
+    """The whole file's probabilities (silero-vad's sequence model, a block of frames a
+    call) are those of the streaming model the live detector calls frame after frame, over
+    the same audio: the same voice decisions on every frame; the same scores misplaced by a
+    few frames would not give them."""
     from whisper_demo.live.vad import FRAME, load_silero
 
-    model = load_silero()
-    together = pieces.speech_probabilities(speech, model)
+    together = pieces.speech_probabilities(speech)
     n = len(speech) // FRAME
     assert together.shape == (n,)
+    model = load_silero()
     with torch.inference_mode():
         model.reset_states()
         frames = torch.from_numpy(speech[: n * FRAME].copy()).view(n, 1, FRAME)
         alone = np.array([float(model(frame, SR)[0, 0]) for frame in frames])
+    assert np.abs(together - alone).max() < 1e-3
     decisions = np.array(pieces.voiced_frames(together))
-    assert (decisions != np.array(pieces.voiced_frames(alone))).mean() < 0.02
+    assert (decisions == np.array(pieces.voiced_frames(alone))).all()
     assert (decisions != np.array(pieces.voiced_frames(np.roll(alone, 3)))).mean() > 0.04
 
 
@@ -211,6 +226,66 @@ def test_the_stitched_result_is_in_order_and_inside_the_audio(tiny_model, speech
         assert a.end <= b.start + 1e-9
     assert all(0 <= s.start <= s.end <= duration for s in result.segments)
     assert result.text == "".join(s.text for s in result.segments).strip()
+
+
+def _decoded_with_a_skip(model, speech, monkeypatch):
+    """A batched decode of `speech` in which one piece's decode skips its middle segment
+    (a segment of 2 s or more between two others): the run and the skipped segment."""
+    from whisper_demo import batched
+    from whisper_demo.batched import BatchedTranscription
+
+    real_piece_segments = batched.piece_segments
+    dropped = []
+
+    def skipping(outcome, piece, tokenizer, n_samples):
+        segments = real_piece_segments(outcome, piece, tokenizer, n_samples)
+        if not dropped and len(segments) >= 3 and segments[1].end - segments[1].start >= 2.0:
+            dropped.append(segments.pop(1))
+        return segments
+
+    monkeypatch.setattr(batched, "piece_segments", skipping)
+    run = BatchedTranscription(model, speech, DecodeOptions(batch_size=8, language="en"))
+    for index, batch in enumerate(run.batches()):
+        for _ in run.decode(index, batch):
+            pass
+    assert dropped, "no piece had a middle segment to skip"
+    return run, dropped[0]
+
+
+def _words_back(result, skipped):
+    """The skipped segment's words that the result has around its time."""
+    from whisper_demo.text import words
+
+    around = [s for s in result.segments if skipped.start - 1.0 <= s.start and s.end <= skipped.end + 1.0]
+    return set(words(" ".join(s.text for s in around))) & set(words(skipped.text))
+
+
+def test_speech_a_decode_skipped_is_decoded_again_and_put_in_its_place(tiny_model, speech, monkeypatch):
+    """A decode that closes a segment and opens the next seconds later leaves the words
+    between unwritten. Here one piece's decode is made to skip its middle segment; the
+    stretch is found (its speech under no segment), decoded again on its own, and its
+    words come back between the segments around it."""
+    from whisper_demo.text import words
+
+    run, skipped = _decoded_with_a_skip(tiny_model, speech, monkeypatch)
+    result = run.result()
+    assert any(start <= skipped.start * SR + SR // 2 and skipped.end * SR - SR // 2 <= end
+               for start, end in run.unheard)
+    assert len(_words_back(result, skipped)) >= 0.6 * len(set(words(skipped.text)))
+    starts = [s.start for s in result.segments]
+    assert starts == sorted(starts)
+    assert result.text == "".join(s.text for s in result.segments).strip()
+
+
+def test_a_skipped_stretch_s_decode_that_fails_transcribe_s_tests_is_not_written(tiny_model, speech, monkeypatch):
+    """Decoded alone, with no context, a second or two of audio is where Whisper invents:
+    a skipped stretch's decode is written only if it passes transcribe()'s tests."""
+    from whisper_demo import batched
+
+    monkeypatch.setattr(batched, "fails_tests", lambda outcome, tokenizer, options: True)
+    run, skipped = _decoded_with_a_skip(tiny_model, speech, monkeypatch)
+    assert run.unheard  # decoded again, and not kept
+    assert not any(s.start >= skipped.start - 0.5 and s.end <= skipped.end + 0.5 for s in run.result().segments)
 
 
 def test_audio_without_speech_gives_an_empty_result(tiny_model):

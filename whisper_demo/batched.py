@@ -28,6 +28,12 @@ Choices, and why:
 - Each piece's tokens are those of decode_window on that piece alone, at temperature 0
   with no prompt, in the exact precision and the int8 one (batch_cache.py says why;
   tests/test_batched.py checks both).
+- Speech a piece's decode skipped (its segments leave a second or more of Silero's speech
+  uncovered: pieces.unheard_speech) is decoded again as pieces of its own, in batches
+  after the others, once; such a decode is written only if it passes transcribe()'s tests
+  (log probability, compression ratio): a stretch of a second or two decoded with no
+  context around it is where Whisper invents ("I'm not sure if I can." for a laugh).
+  docs/long-audio.md has what it changed.
 """
 
 import time
@@ -45,8 +51,9 @@ from .cache import WindowMemo
 from .decode_state import Returning, Stats, text
 from .encoder import encode, encoder_dtype
 from .events import TIMESTAMP_SECONDS, DecodeOptions, DecodeResult, Segment, TokenEvent
-from .fallback import FALLBACK_TEMPERATURES, is_silent
-from .pieces import Span, audio_pieces, piece_audio
+from .fallback import FALLBACK_TEMPERATURES, fails_tests, is_silent
+from .pieces import (HEARD_MARGIN_SECONDS, MAX_PIECE_SECONDS, MIN_UNHEARD_SECONDS, Span, audio_regions,
+                     cut_pieces, piece_audio, unheard_speech)
 from .timing import add_word_timestamps
 from .window_decode import WindowOutcome, decode_window
 from .windowing import LogMel, split_segments, unfinished_segment
@@ -54,6 +61,15 @@ from .windowing import LogMel, split_segments, unfinished_segment
 WINDOW_SAMPLES = N_FRAMES * HOP_LENGTH  # 30 s
 DEFAULT_BATCH_SIZE = 8  # the page's "Long files in batches": faster-whisper batched's size in bench e2e
 _process = psutil.Process()
+
+
+def _samples(seconds: float) -> int:
+    return round(seconds * SAMPLE_RATE)
+
+
+def _in_batches(pieces: List[Span], size: int) -> Iterator[List[Span]]:
+    for first in range(0, len(pieces), size):
+        yield pieces[first:first + size]
 
 
 def applies(options: DecodeOptions, n_samples: int) -> bool:
@@ -121,8 +137,11 @@ class BatchedTranscription:
     def __init__(self, model: Whisper, audio: np.ndarray, options: DecodeOptions):
         self.model, self.audio, self.options = model, audio, options
         self.stats = Stats()
-        self.pieces = audio_pieces(audio)
+        self.regions = audio_regions(audio)
+        self.pieces = cut_pieces(self.regions, _samples(MAX_PIECE_SECONDS))
         self.n_batches = -(-len(self.pieces) // options.batch_size)
+        self.heard: List[Span] = []  # what the decodes so far wrote for, or called silent
+        self.unheard: List[Span] = []  # the speech they skipped, decoded after them
         self.language = options.language
         self.tokenizer = None
         self.segments: List[Segment] = []
@@ -135,9 +154,13 @@ class BatchedTranscription:
                           else torch.Generator(model.device).manual_seed(options.seed))
 
     def batches(self) -> Iterator[List[Span]]:
-        size = self.options.batch_size
-        for first in range(0, len(self.pieces), size):
-            yield self.pieces[first:first + size]
+        """The pieces, B at a time; then the speech their decodes skipped, B at a time (the
+        second round is not checked again: a stretch twice left unwritten stays so)."""
+        yield from _in_batches(self.pieces, self.options.batch_size)
+        self.unheard = unheard_speech(self.regions, self.heard, _samples(MIN_UNHEARD_SECONDS),
+                                      _samples(HEARD_MARGIN_SECONDS), _samples(MAX_PIECE_SECONDS))
+        self.n_batches += -(-len(self.unheard) // self.options.batch_size)
+        yield from _in_batches(self.unheard, self.options.batch_size)
 
     def decode(self, batch_index: int, batch: List[Span]) -> Iterator[TokenEvent]:
         """Encode the batch's pieces, decode them together (an event per step), keep them."""
@@ -194,22 +217,39 @@ class BatchedTranscription:
 
     def _keep(self, batch: List[Span], outcomes: List[WindowOutcome], features) -> None:
         """Each piece's segments (decoded again where its greedy decode failed transcribe's
-        tests), unless transcribe's no-speech rule calls it silent."""
+        tests), unless transcribe's no-speech rule calls it silent; what each decode heard
+        (its segments' times, or the whole piece if silent), for unheard_speech."""
         options = self.options
         for piece, outcome, piece_features_ in zip(batch, outcomes, features):
             outcome = self._fallback(piece_features_, outcome)
             self.no_speech_prob = outcome.no_speech_prob
             if is_silent(outcome, options):
                 self.stats.skipped_windows += 1
+                self.heard.append(piece)
                 continue
+            if piece in self.unheard and fails_tests(outcome, self.tokenizer, options):
+                continue  # a short stretch decoded alone, unsure of itself: where Whisper invents
             segments = piece_segments(outcome, piece, self.tokenizer, len(self.audio))
             if options.word_timestamps and segments:
-                self.last_speech_end = add_word_timestamps(
-                    segments, self.model, self.tokenizer, piece_features_,
-                    (piece[1] - piece[0]) // HOP_LENGTH, piece[0] / SAMPLE_RATE, self.last_speech_end,
-                    probabilities=options.word_probabilities)
+                self._time_words(piece, segments, piece_features_)
+            self.heard += [(_samples(s.start), _samples(s.end)) for s in segments]
             self.segments.extend(segments)
+        self.segments.sort(key=lambda s: s.start)  # a skipped stretch's segments among the others
         self.kept_text = text(self.tokenizer, [t for s in self.segments for t in s.tokens]).strip()
+
+    def _time_words(self, piece: Span, segments: List[Segment], features: torch.Tensor) -> None:
+        """Word timestamps for a piece's segments, given where the speech before them ended
+        (transcribe's last_speech_timestamp): for a skipped stretch, decoded after the pieces
+        around it, the end of the segments before it."""
+        start = piece[0] / SAMPLE_RATE
+        skipped_stretch = piece in self.unheard
+        speech_before = (max((s.end for s in self.segments if s.end <= start), default=0.0)
+                         if skipped_stretch else self.last_speech_end)
+        end = add_word_timestamps(segments, self.model, self.tokenizer, features,
+                                  (piece[1] - piece[0]) // HOP_LENGTH, start, speech_before,
+                                  probabilities=self.options.word_probabilities)
+        if not skipped_stretch:
+            self.last_speech_end = end
 
     def _fallback(self, features: torch.Tensor, outcome: WindowOutcome) -> WindowOutcome:
         """transcribe()'s temperature fallback, for a piece whose greedy decode is a loop:

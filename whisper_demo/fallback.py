@@ -27,7 +27,13 @@ def temperatures(options: DecodeOptions) -> Tuple[float, ...]:
 
 def needs_fallback(outcome: WindowOutcome, tokenizer, options: DecodeOptions) -> bool:
     """openai-whisper transcribe()'s test: too repetitive or too unlikely, unless silent."""
-    if not options.temperature_fallback or outcome.silent:
+    return options.temperature_fallback and fails_tests(outcome, tokenizer, options)
+
+
+def fails_tests(outcome: WindowOutcome, tokenizer, options: DecodeOptions) -> bool:
+    """transcribe()'s tests of a decode, whether or not a fallback follows: too repetitive
+    (compression ratio) or too unlikely (average log probability), unless silent."""
+    if outcome.silent:
         return False
     repetitive = (options.compression_ratio_threshold is not None
                   and outcome.compression_ratio(tokenizer) > options.compression_ratio_threshold)

@@ -9,15 +9,17 @@ merged greedily into pieces up to the limit, each cut in the longest pause of it
 half (cut_pieces), so that a piece ends on a pause and is not left short. Silence between
 pieces is never decoded: no words are invented there.
 
+A decode can also skip speech it was given: with timestamp tokens Whisper sometimes closes a
+segment and opens the next one seconds later, and the sentence between is never written
+(on the 10-minute file of `bench e2e`, 6 such stretches in 29 pieces). unheard_speech finds
+the speech that no segment covers, so that it is decoded on its own (batched.py).
+
 Everything here but `speech_probabilities` is pure (lists in, lists out): tests run it on tables.
 """
 
-import contextlib
-import threading
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
-import torch
 
 from .audio import SAMPLE_RATE
 
@@ -30,54 +32,28 @@ MIN_PAUSE_SECONDS = 0.16  # faster-whisper batched's min_silence_duration_ms
 PAD_SECONDS = 0.1
 # a region shorter than this (a click, a cough) is not speech
 MIN_SPEECH_SECONDS = 0.1
-# Silero scores streams of this length side by side (speech_probabilities), each after a
-# warm-up on the audio before it: Silero is recurrent, and a stream started cold decides
-# differently for its first seconds (its probabilities moved by up to 0.98 there)
-STREAM_SECONDS = 10.0
-WARM_UP_SECONDS = 4.0
-# one Silero for every batched decode, one at a time (its recurrent state is per call)
-_silero = None
-_silero_lock = threading.Lock()
+# speech that no segment covers for this long was skipped by its decode (a word is ~0.3 s;
+# a segment's timestamps are within a few tenths of its words, hence the margin)
+MIN_UNHEARD_SECONDS = 1.0
+HEARD_MARGIN_SECONDS = 0.2
 
 
 def speech_probabilities(audio: np.ndarray, model=None) -> np.ndarray:
-    """Silero's probability of speech for each 32 ms frame of `audio`.
+    """Silero's probability of speech for each 32 ms frame of `audio`, as one pass of the
+    live detector's model over the whole audio would give them.
 
-    The audio is scored as streams of STREAM_SECONDS side by side, one call per frame
-    position for all the streams: Silero is recurrent (a frame after the one before), and a
-    call costs about as much for one row as for many (here, one thread: 0.42 ms for 1 row,
-    3.5 ms for 64), so a file scored frame after frame took 3.7 s of a 185 s file's 14 s.
-    Each stream first hears the WARM_UP_SECONDS before it (silence before the first), whose
-    scores are dropped: over 100 s of the dev recordings, 10 s streams with 4 s of warm-up
-    decided 0.9 % of the frames otherwise than one stream over the whole audio, where 30 s
-    streams started cold decided 6.5 % otherwise (and took 1.3x the time on a 609 s file).
-    On one torch thread (kernels.step_threads): its operators are too small for a second,
-    which only waits."""
-    from . import kernels
-    from .live.vad import FRAME, load_silero
+    Silero is recurrent (each frame after the one before), so scored frame by frame from
+    Python it took 9.5 s for a 609 s file (an AVX2 EPYC, one thread), and the side-by-side streams that replaced that
+    loop (each warmed up on the audio before it) took 1.8-2.2 s and decided 0.9 % of the
+    frames otherwise. silero-vad's sequence model runs the same network over a block of
+    frames in one ONNX Runtime call, its state carried from block to block: the same
+    probabilities (within 2e-5 of the streaming model's) in 1.2 s. It keeps no state between
+    calls, so concurrent batched decodes share it without a lock."""
+    from .live.vad import FRAME, load_silero_sequence
 
+    model = model or load_silero_sequence()
     n = len(audio) // FRAME
-    per_stream = round(STREAM_SECONDS * SAMPLE_RATE / FRAME)
-    warm_up = round(WARM_UP_SECONDS * SAMPLE_RATE / FRAME)
-    streams = max(1, -(-n // per_stream))
-    padded = np.zeros((warm_up + streams * per_stream) * FRAME, dtype=np.float32)
-    padded[warm_up * FRAME: (warm_up + n) * FRAME] = audio[: n * FRAME]
-    # stream s: the audio's frames from s * per_stream - warm_up to (s + 1) * per_stream
-    rows = np.arange(streams)[:, None] * per_stream + np.arange(warm_up + per_stream)[None, :]
-    frames = torch.from_numpy(padded).view(-1, FRAME)[torch.from_numpy(rows)]
-    global _silero
-    with _silero_lock:
-        if model is None:
-            # loaded once (its first calls compile, ~1 s), and outside step_threads: loading
-            # restores torch's thread count as it found it, which inside would be 1, made the
-            # whole process's default (load_silero says why)
-            _silero = _silero or load_silero()
-            model = _silero
-    threads = kernels.step_threads() if kernels.available() else contextlib.nullcontext()
-    with _silero_lock, torch.inference_mode(), threads:
-        model.reset_states()
-        scores = [model(frames[:, i].contiguous(), SAMPLE_RATE)[:, 0] for i in range(warm_up + per_stream)]
-    return torch.stack(scores[warm_up:], dim=1).reshape(-1)[:n].numpy()
+    return model.audio_forward(np.ascontiguousarray(audio[: n * FRAME], dtype=np.float32))[:n]
 
 
 def voiced_frames(probabilities: Sequence[float], threshold: Optional[float] = None,
@@ -161,14 +137,39 @@ def _split_long(region: Span, max_length: int) -> List[Span]:
     return [(s, min(end, s + max_length)) for s in range(start, end, max_length)]
 
 
+def unheard_speech(regions: Sequence[Span], heard: Sequence[Span], min_length: int,
+                   margin: int, max_length: int) -> List[Span]:
+    """The parts of speech `regions` outside every `heard` span (a decoded segment's time,
+    widened by `margin` on both sides) that are at least `min_length` samples long: speech
+    a decode was given and wrote nothing for, as pieces of at most `max_length`."""
+    widened = sorted((start - margin, end + margin) for start, end in heard)
+    unheard: List[Span] = []
+    for start, end in regions:
+        position = start
+        for heard_start, heard_end in widened:
+            if heard_end <= position or heard_start >= end:
+                continue
+            if heard_start > position:
+                unheard.append((position, heard_start))
+            position = max(position, heard_end)
+        if position < end:
+            unheard.append((position, end))
+    return [part for start, end in unheard if end - start >= min_length
+            for part in _split_long((start, end), max_length)]
+
+
 def piece_audio(audio: np.ndarray, piece: Span) -> np.ndarray:
     return np.ascontiguousarray(audio[piece[0]:piece[1]], dtype=np.float32)
 
 
-def audio_pieces(audio: np.ndarray, max_seconds: float = MAX_PIECE_SECONDS) -> List[Span]:
-    """The pieces of `audio` (float32 16 kHz) to decode: Silero's speech regions, merged."""
+def audio_regions(audio: np.ndarray) -> List[Span]:
+    """Silero's speech regions of `audio` (float32 16 kHz)."""
     from .live.vad import FRAME
 
     voiced = voiced_frames(speech_probabilities(np.ascontiguousarray(audio, dtype=np.float32)))
-    regions = speech_regions(voiced, FRAME, len(audio))
-    return cut_pieces(regions, round(max_seconds * SAMPLE_RATE))
+    return speech_regions(voiced, FRAME, len(audio))
+
+
+def audio_pieces(audio: np.ndarray, max_seconds: float = MAX_PIECE_SECONDS) -> List[Span]:
+    """The pieces of `audio` (float32 16 kHz) to decode: Silero's speech regions, merged."""
+    return cut_pieces(audio_regions(audio), round(max_seconds * SAMPLE_RATE))

@@ -16,6 +16,7 @@ silence, room noise and white hiss stay under 0.05.
 
 from __future__ import annotations
 
+import functools
 from typing import List, Optional
 
 import numpy as np
@@ -38,6 +39,20 @@ def load_silero():
         from silero_vad import load_silero_vad
 
         return load_silero_vad()
+    finally:
+        torch.set_num_threads(threads)
+
+
+@functools.lru_cache(maxsize=None)
+def load_silero_sequence():
+    """Silero's sequence model (silero-vad's ONNX export that scores a block of frames in
+    one call, from its wheel): the streaming model's probabilities for a whole file at once.
+    One for the process: it keeps no state between calls (pieces.speech_probabilities)."""
+    threads = torch.get_num_threads()
+    try:
+        from silero_vad import load_silero_vad
+
+        return load_silero_vad(sequence=True)
     finally:
         torch.set_num_threads(threads)
 
