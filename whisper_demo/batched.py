@@ -32,7 +32,8 @@ Choices, and why:
   uncovered: pieces.unheard_speech) is decoded again as pieces of its own, in batches
   after the others, once; such a decode is written only if it passes transcribe()'s tests
   (log probability, compression ratio): a stretch of a second or two decoded with no
-  context around it is where Whisper invents ("I'm not sure if I can." for a laugh).
+  context around it is where Whisper invents ("I'm not sure if I can." for a second of a
+  hard clip whose reference is "montreal forced aligner").
   docs/long-audio.md has what it changed.
 """
 

@@ -43,15 +43,16 @@ def speech_probabilities(audio: np.ndarray, model=None) -> np.ndarray:
     live detector's model over the whole audio would give them.
 
     Silero is recurrent (each frame after the one before), so scored frame by frame from
-    Python it took 9.5 s for a 609 s file (an AVX2 EPYC, one thread), and the side-by-side streams that replaced that
-    loop (each warmed up on the audio before it) took 1.8-2.2 s and decided 0.9 % of the
-    frames otherwise. silero-vad's sequence model runs the same network over a block of
-    frames in one ONNX Runtime call, its state carried from block to block: the same
-    probabilities (within 2e-5 of the streaming model's) in 1.2 s. It keeps no state between
-    calls, so concurrent batched decodes share it without a lock."""
+    Python it took 9.5 s for a 609 s file (an AVX2 EPYC, one thread), and the side-by-side
+    streams that replaced that loop (each warmed up on the audio before it) took 1.8-2.2 s
+    and decided 0.9 % of the frames otherwise. silero-vad's sequence model runs the same
+    network over a block of frames in one ONNX Runtime call, its state carried from block to
+    block: the same probabilities (within 2e-5 of the streaming model's) in 1.2 s. It keeps
+    no state between calls, so concurrent batched decodes share it without a lock."""
     from .live.vad import FRAME, load_silero_sequence
 
-    model = model or load_silero_sequence()
+    if model is None:
+        model = load_silero_sequence()
     n = len(audio) // FRAME
     return model.audio_forward(np.ascontiguousarray(audio[: n * FRAME], dtype=np.float32))[:n]
 
