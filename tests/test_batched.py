@@ -288,6 +288,23 @@ def test_a_skipped_stretch_s_decode_that_fails_transcribe_s_tests_is_not_written
     assert not any(s.start >= skipped.start - 0.5 and s.end <= skipped.end + 0.5 for s in run.result().segments)
 
 
+def test_a_piece_called_silent_is_not_decoded_again(tiny_model, speech, monkeypatch):
+    """transcribe's no-speech rule heard a piece and called it silent: its speech is not
+    "skipped", so no second decode of it writes words the rule dropped."""
+    from whisper_demo import batched
+    from whisper_demo.batched import BatchedTranscription
+
+    monkeypatch.setattr(batched, "is_silent", lambda outcome, options: True)
+    run = BatchedTranscription(tiny_model, speech, DecodeOptions(batch_size=8, language="en"))
+    batches = 0
+    for index, batch in enumerate(run.batches()):
+        batches += 1
+        for _ in run.decode(index, batch):
+            pass
+    assert run.unheard == [] and batches == run.n_batches == -(-len(run.pieces) // 8)
+    assert run.result().segments == [] and run.stats.skipped_windows == len(run.pieces)
+
+
 def test_audio_without_speech_gives_an_empty_result(tiny_model):
     from whisper_demo.decode import transcribe
 
