@@ -30,10 +30,10 @@ Choices, and why:
   tests/test_batched.py checks both).
 - Speech a piece's decode skipped (its segments leave a second or more of Silero's speech
   uncovered: pieces.unheard_speech) is decoded again as pieces of its own, in batches
-  after the others, once; such a decode is written only if it passes transcribe()'s tests
-  (log probability, compression ratio): a stretch of a second or two decoded with no
-  context around it is where Whisper invents ("I'm not sure if I can." for a second of a
-  hard clip whose reference is "montreal forced aligner").
+  after the others, once, greedily (no fallback); such a decode is written only if it
+  passes transcribe()'s tests (log probability, compression ratio): a stretch of a second
+  or two decoded with no context around it is where Whisper invents ("I'm not sure if I
+  can." for a second of a hard clip whose reference is "montreal forced aligner").
   docs/long-audio.md has what it changed.
 """
 
@@ -222,13 +222,15 @@ class BatchedTranscription:
         (its segments' times, or the whole piece if silent), for unheard_speech."""
         options = self.options
         for piece, outcome, piece_features_ in zip(batch, outcomes, features):
-            outcome = self._fallback(piece_features_, outcome)
+            skipped_stretch = piece in self.unheard
+            if not skipped_stretch:  # a stretch's loop fails the tests below: not five decodes more
+                outcome = self._fallback(piece_features_, outcome)
             self.no_speech_prob = outcome.no_speech_prob
             if is_silent(outcome, options):
                 self.stats.skipped_windows += 1
                 self.heard.append(piece)
                 continue
-            if piece in self.unheard and fails_tests(outcome, self.tokenizer, options):
+            if skipped_stretch and fails_tests(outcome, self.tokenizer, options):
                 continue  # a short stretch decoded alone, unsure of itself: where Whisper invents
             segments = piece_segments(outcome, piece, self.tokenizer, len(self.audio))
             if options.word_timestamps and segments:
