@@ -234,18 +234,18 @@ class BatchedTranscription:
                 continue  # a short stretch decoded alone, unsure of itself: where Whisper invents
             segments = piece_segments(outcome, piece, self.tokenizer, len(self.audio))
             if options.word_timestamps and segments:
-                self._time_words(piece, segments, piece_features_)
+                self._time_words(piece, segments, piece_features_, skipped_stretch)
             self.heard += [(_samples(s.start), _samples(s.end)) for s in segments]
             self.segments.extend(segments)
         self.segments.sort(key=lambda s: s.start)  # a skipped stretch's segments among the others
         self.kept_text = text(self.tokenizer, [t for s in self.segments for t in s.tokens]).strip()
 
-    def _time_words(self, piece: Span, segments: List[Segment], features: torch.Tensor) -> None:
+    def _time_words(self, piece: Span, segments: List[Segment], features: torch.Tensor,
+                    skipped_stretch: bool) -> None:
         """Word timestamps for a piece's segments, given where the speech before them ended
         (transcribe's last_speech_timestamp): for a skipped stretch, decoded after the pieces
         around it, the end of the segments before it."""
         start = piece[0] / SAMPLE_RATE
-        skipped_stretch = piece in self.unheard
         speech_before = (max((s.end for s in self.segments if s.end <= start), default=0.0)
                          if skipped_stretch else self.last_speech_end)
         end = add_word_timestamps(segments, self.model, self.tokenizer, features,

@@ -31,16 +31,7 @@ NEG_THRESHOLD = 0.15
 
 def load_silero():
     """A fresh Silero VAD model (its recurrent state is per stream: one per session)."""
-    # Importing silero_vad calls torch.set_num_threads(1) for the whole process: every
-    # encoder and decoder pass after it, live or offline, ran on one core (tiny.en's
-    # encoder: ~245 ms a live re-decode instead of ~180 ms on this 2-core machine).
-    threads = torch.get_num_threads()
-    try:
-        from silero_vad import load_silero_vad
-
-        return load_silero_vad()
-    finally:
-        torch.set_num_threads(threads)
+    return _load_keeping_threads(sequence=False)
 
 
 @functools.lru_cache(maxsize=None)
@@ -48,11 +39,18 @@ def load_silero_sequence():
     """Silero's sequence model (silero-vad's ONNX export that scores a block of frames in
     one call, from its wheel): the streaming model's probabilities for a whole file at once.
     One for the process: it keeps no state between calls (pieces.speech_probabilities)."""
+    return _load_keeping_threads(sequence=True)
+
+
+def _load_keeping_threads(sequence: bool):
+    # Importing silero_vad calls torch.set_num_threads(1) for the whole process: every
+    # encoder and decoder pass after it, live or offline, ran on one core (tiny.en's
+    # encoder: ~245 ms a live re-decode instead of ~180 ms on this 2-core machine).
     threads = torch.get_num_threads()
     try:
         from silero_vad import load_silero_vad
 
-        return load_silero_vad(sequence=True)
+        return load_silero_vad(sequence=sequence)
     finally:
         torch.set_num_threads(threads)
 
