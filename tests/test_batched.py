@@ -46,24 +46,73 @@ def test_a_click_is_not_speech_and_padding_stays_in_the_audio_and_off_the_neighb
     assert close == [(0, 200), (200, 400)]  # each pad stops at the middle of the pause
 
 
+def _cut(regions, max_length, **kwargs):
+    """cut_pieces as spans of the file (each piece one part: no pause shortened)."""
+    cut = pieces.cut_pieces(regions, max_length, **kwargs)
+    assert all(len(p.parts) == 1 for p in cut)
+    return [(p.start, p.end) for p in cut]
+
+
 def test_regions_merge_greedily_up_to_the_limit():
     regions = [(0, 5), (6, 10), (12, 20), (21, 29), (40, 45)]
-    assert pieces.cut_pieces(regions, 30) == [(0, 20), (21, 45)]
-    assert pieces.cut_pieces(regions, 100) == [(0, 45)]
-    assert pieces.cut_pieces([], 30) == []
+    assert _cut(regions, 30) == [(0, 20), (21, 45)]
+    assert _cut(regions, 100) == [(0, 45)]
+    assert _cut([], 30) == []
 
 
 def test_a_full_piece_ends_in_the_longest_pause_of_its_second_half():
     # pauses inside the first 30: 1 (at 10), 5 (at 20), 1 (at 26); the next region does not fit
     regions = [(0, 10), (11, 20), (25, 26), (27, 29), (31, 40)]
-    assert pieces.cut_pieces(regions, 30) == [(0, 20), (25, 40)]
+    assert _cut(regions, 30) == [(0, 20), (25, 40)]
     # the longest pause in the first half (8, at 2) is not taken: the piece would be short
     regions = [(0, 2), (10, 20), (21, 28), (29, 35)]
-    assert pieces.cut_pieces(regions, 30) == [(0, 20), (21, 35)]
+    assert _cut(regions, 30) == [(0, 20), (21, 35)]
+    # cut_from: only pauses after that fraction of the piece are candidates
+    regions = [(0, 10), (15, 26), (27, 29), (31, 40)]  # pauses 5 (at 10) and 1 (at 26)
+    assert _cut(regions, 30) == [(0, 26), (27, 40)]  # 5 at 10 is in the first half
+    assert _cut(regions, 30, cut_from=0.3) == [(0, 10), (15, 40)]
 
 
 def test_a_region_longer_than_the_limit_is_cut_into_parts():
-    assert pieces.cut_pieces([(0, 70), (75, 80)], 30) == [(0, 30), (30, 60), (60, 80)]
+    assert _cut([(0, 70), (75, 80)], 30) == [(0, 30), (30, 60), (60, 80)]
+
+
+def test_a_long_pause_inside_a_piece_is_shortened_and_more_speech_fits():
+    regions = [(0, 10), (30, 40), (60, 70)]
+    assert _cut(regions, 30) == [(0, 10), (30, 40), (60, 70)]  # pauses whole: one region each
+    cut = pieces.cut_pieces(regions, 30, max_pause=4)
+    # 10 + 4 + 10 = 24 fits, + 4 + 10 does not: half the kept pause after the speech, half before
+    assert [p.parts for p in cut] == [((0, 12), (28, 40)), ((60, 70),)]
+    assert cut[0].length == 24 and (cut[0].start, cut[0].end) == (0, 40)
+    # a pause at or under the kept length stays whole
+    assert [p.parts for p in pieces.cut_pieces([(0, 10), (13, 20)], 30, max_pause=4)] == [((0, 20),)]
+
+
+def test_a_time_in_a_piece_is_put_back_in_the_file():
+    piece = pieces.Piece(((0, 12 * S), (28 * S, 40 * S)))
+    assert piece.file_seconds(5.0) == 5.0
+    assert piece.file_seconds(12.0) == 28.0  # the seam: the later part's start,
+    assert piece.file_seconds(12.0, is_end=True) == 12.0  # or for an end the earlier part's end
+    assert piece.file_seconds(13.5) == 29.5
+    assert piece.file_seconds(24.0) == piece.file_seconds(30.0) == 40.0  # the end, and past it
+    audio = np.arange(40 * S, dtype=np.float32)
+    samples = piece.samples(audio)
+    assert len(samples) == piece.length == 24 * S and samples[12 * S] == 28 * S
+
+
+def test_a_decode_stuck_in_a_loop_is_known_from_its_last_tokens():
+    from whisper_demo.fallback import is_looping
+
+    ts = 50000  # timestamp_begin: tokens from here are times
+    assert is_looping([7, 8] * 32, ts)  # "uh, uh, ..."
+    assert is_looping(list(range(100, 116)) * 4, ts)  # a 16-token sentence, four times
+    assert not is_looping(list(range(100, 117)) * 4, ts)  # 17 tokens: longer than a loop's period
+    assert not is_looping([7, 8] * 31 + [7], ts)  # under 64 text tokens
+    assert not is_looping([7, 8] * 31 + [9, 8], ts)  # the last token breaks it
+    # a loop of whole segments, each with later timestamps: the times are left out
+    looping_segments = [t for i in range(16) for t in (ts + 2 * i, 5, 6, 7, 8, ts + 2 * i + 1)]
+    assert is_looping(looping_segments, ts)
+    assert not is_looping(list(range(1000, 1200)), ts)  # speech: no run repeats
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -72,7 +121,7 @@ def test_pieces_cover_every_region_in_order_and_none_is_over_the_limit(seed):
     edges = np.cumsum(rng.integers(1, 20 * S, size=40))
     regions = [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
     limit = 30 * S
-    cut = pieces.cut_pieces(regions, limit)
+    cut = _cut(regions, limit)
     assert all(0 < end - start <= limit for start, end in cut)
     assert all(a[1] <= b[0] for a, b in zip(cut, cut[1:]))
     for start, end in regions:  # every region starts in a piece, and ends in one
@@ -90,6 +139,16 @@ def test_speech_no_segment_covers_is_found_and_kept_under_the_limit():
                        (44 * S + margin, 50 * S)]
     assert pieces.unheard_speech(regions, [(0, 50 * S)], S, margin, 30 * S) == []  # all heard
     assert pieces.unheard_speech([], heard, S, margin, 30 * S) == []
+
+
+def test_a_segment_with_too_few_words_for_its_speech_did_not_hear_it():
+    regions = [(0, 10 * S), (12 * S, 40 * S)]
+    assert pieces.voiced_length(regions, (5 * S, 20 * S)) == 13 * S
+    # " for a stilliner." (5 tokens) over 25 s of speech; the same over 5 s is a slow speaker
+    assert pieces.too_few_tokens(5, 25 * S)
+    assert not pieces.too_few_tokens(5, 5 * S)
+    assert not pieces.too_few_tokens(40, 25 * S)  # 1.6 tokens a second: speech, heard
+    assert not pieces.too_few_tokens(1, 3 * S)  # under 4 s of speech: not judged
 
 
 def test_batch_size_is_an_option_and_not_below_zero():
@@ -229,18 +288,21 @@ def test_the_stitched_result_is_in_order_and_inside_the_audio(tiny_model, speech
 
 
 def _decoded_with_a_skip(model, speech, monkeypatch):
-    """A batched decode of `speech` in which one piece's decode skips its middle segment
-    (a segment of 2 s or more between two others): the run and the skipped segment."""
+    """A batched decode of `speech` in which one piece's decode skips a middle segment
+    (one of 1.5 s and 4 words or more between two others): the run and the skipped segment."""
     from whisper_demo import batched
     from whisper_demo.batched import BatchedTranscription
 
     real_piece_segments = batched.piece_segments
     dropped = []
 
-    def skipping(outcome, piece, tokenizer, n_samples):
-        segments = real_piece_segments(outcome, piece, tokenizer, n_samples)
-        if not dropped and len(segments) >= 3 and segments[1].end - segments[1].start >= 2.0:
-            dropped.append(segments.pop(1))
+    def skipping(outcome, piece, tokenizer, **kwargs):
+        segments = real_piece_segments(outcome, piece, tokenizer, **kwargs)
+        middle = [k for k in range(1, len(segments) - 1)
+                  if segments[k].end - segments[k].start >= 1.5 and len(segments[k].text.split()) >= 4]
+        if not dropped and middle:
+            dropped.append(segments.pop(middle[0]))
+            batched.file_times(piece, dropped)  # in the piece's time until then
         return segments
 
     monkeypatch.setattr(batched, "piece_segments", skipping)
@@ -269,12 +331,51 @@ def test_speech_a_decode_skipped_is_decoded_again_and_put_in_its_place(tiny_mode
 
     run, skipped = _decoded_with_a_skip(tiny_model, speech, monkeypatch)
     result = run.result()
-    assert any(start <= skipped.start * SR + SR // 2 and skipped.end * SR - SR // 2 <= end
-               for start, end in run.unheard)
+    # the stretch: the skipped segment's speech (a shortened pause inside it is not speech)
+    assert any(p.start <= skipped.start * SR + SR // 2 and skipped.start * SR < p.end for p in run.unheard)
     assert len(_words_back(result, skipped)) >= 0.6 * len(set(words(skipped.text)))
     starts = [s.start for s in result.segments]
     assert starts == sorted(starts)
     assert result.text == "".join(s.text for s in result.segments).strip()
+
+
+def test_a_segment_that_wrote_a_few_words_over_seconds_of_speech_is_replaced_by_a_decode_that_heard_it(
+        tiny_model, speech, monkeypatch):
+    """A decode can also write a few words with timestamps around seconds of speech (" for a
+    stilliner." over a 25 s piece of read speech). Here one piece's decode is made to write
+    only its first two tokens, timed over all its segments: that speech is decoded again as
+    skipped, and the decode that heard it replaces the few words."""
+    from whisper_demo import batched
+    from whisper_demo.batched import BatchedTranscription
+    from whisper_demo.events import Segment
+    from whisper_demo.text import words
+
+    real_piece_segments = batched.piece_segments
+    shortened = []
+
+    def few_words(outcome, piece, tokenizer, **kwargs):
+        segments = real_piece_segments(outcome, piece, tokenizer, **kwargs)
+        said = [t for s in segments for t in s.tokens if t < tokenizer.eot]
+        if not shortened and len(said) > 15 and segments[-1].end - segments[0].start >= 8.0:
+            heard = " ".join(s.text for s in segments)
+            few = Segment(start=segments[0].start, end=segments[-1].end, text=tokenizer.decode(said[:2]),
+                          tokens=said[:2])
+            shortened.append((piece, few, heard))
+            return [few]
+        return segments
+
+    monkeypatch.setattr(batched, "piece_segments", few_words)
+    run = BatchedTranscription(tiny_model, speech, DecodeOptions(batch_size=8, language="en"))
+    for index, batch in enumerate(run.batches()):
+        for _ in run.decode(index, batch):
+            pass
+    assert shortened, "no piece had 8 s of segments to shorten"
+    piece, few, heard = shortened[0]
+    assert run.sparse == [few] and any(piece.start <= p.start < piece.end for p in run.unheard)
+    result = run.result()
+    assert not any(s is few for s in result.segments)  # replaced
+    around = " ".join(s.text for s in result.segments if few.start - 0.5 <= s.start and s.end <= few.end + 0.5)
+    assert len(set(words(around)) & set(words(heard))) >= 0.6 * len(set(words(heard)))
 
 
 def test_a_skipped_stretch_s_decode_that_fails_transcribe_s_tests_is_not_written(tiny_model, speech, monkeypatch):

@@ -5,7 +5,8 @@ row per beam: openai-whisper's DecodingTask gives the start-of-transcript tokens
 logit filters (logit_filters.WindowFilters, which already work over rows) and the greedy
 pick (window_decode.ArgmaxGreedy); batch_cache.BatchCache runs the decoder. A row whose
 piece wrote end-of-text leaves the batch; its WindowOutcome is what decode_window would
-return for that piece alone at temperature 0 (no prompt, no fallback).
+return for that piece alone at temperature 0 (no prompt, no fallback). A row stuck in a
+loop leaves it too, marked `looping`: its tokens are the alone decode's up to there.
 """
 
 import contextlib
@@ -21,6 +22,7 @@ from whisper.tokenizer import Tokenizer
 from . import kernels
 from .batch_cache import BatchCache
 from .events import DecodeOptions
+from .fallback import is_looping
 from .logit_filters import WindowFilters
 from .runner import decoder_runner
 from .window_decode import ArgmaxGreedy, WindowOutcome, until_eot
@@ -118,8 +120,14 @@ class BatchDecode:
             self.outcomes[piece].no_speech_prob = sot_logits[row].softmax(-1)[no_speech].item()
 
     def _drop_finished(self) -> None:
-        """Rows whose piece just wrote end-of-text: their outcome, and out of the batch."""
+        """Rows whose piece just wrote end-of-text, or is stuck in a loop (fallback.is_looping:
+        the row would hold the batch open to the window's last token for text transcribe's
+        test fails): their outcome, and out of the batch."""
         ended = (self.tokens[:, -1] == self.tokenizer.eot).tolist()
+        timestamp_begin = self.tokenizer.timestamp_begin
+        for row, piece in enumerate(self.live):
+            if not ended[row] and is_looping(self.sampled[piece], timestamp_begin):
+                ended[row] = self.outcomes[piece].looping = True
         if not any(ended):
             return
         for row in range(len(self.live)):

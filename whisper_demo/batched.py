@@ -38,6 +38,7 @@ Choices, and why:
 """
 
 import time
+from dataclasses import replace
 from typing import Iterator, List, Union
 
 import numpy as np
@@ -52,9 +53,9 @@ from .cache import WindowMemo
 from .decode_state import Returning, Stats, text
 from .encoder import encode, encoder_dtype
 from .events import TIMESTAMP_SECONDS, DecodeOptions, DecodeResult, Segment, TokenEvent
-from .fallback import FALLBACK_TEMPERATURES, fails_tests, is_silent
-from .pieces import (HEARD_MARGIN_SECONDS, MAX_PIECE_SECONDS, MIN_UNHEARD_SECONDS, Span, audio_regions,
-                     cut_pieces, piece_audio, unheard_speech)
+from .fallback import FALLBACK_TEMPERATURES, fails_tests, is_looping, is_silent
+from .pieces import (HEARD_MARGIN_SECONDS, MAX_PIECE_SECONDS, MIN_UNHEARD_SECONDS, Piece, Span, audio_regions,
+                     regions_to_pieces, too_few_tokens, unheard_speech, voiced_length)
 from .timing import add_word_timestamps
 from .window_decode import WindowOutcome, decode_window
 from .windowing import LogMel, split_segments, unfinished_segment
@@ -68,7 +69,7 @@ def _samples(seconds: float) -> int:
     return round(seconds * SAMPLE_RATE)
 
 
-def _in_batches(pieces: List[Span], size: int) -> Iterator[List[Span]]:
+def _in_batches(pieces: List[Piece], size: int) -> Iterator[List[Piece]]:
     for first in range(0, len(pieces), size):
         yield pieces[first:first + size]
 
@@ -82,21 +83,21 @@ def applies(options: DecodeOptions, n_samples: int) -> bool:
             and not options.prefix_tokens and not options.draft_tokens)
 
 
-def piece_mel(model: Whisper, audio: np.ndarray, piece: Span) -> torch.Tensor:
+def piece_mel(model: Whisper, audio: np.ndarray, piece: Piece) -> torch.Tensor:
     """A piece's log-mel [1, n_mels, 3000] as transcribe would compute it for the piece as
     a file: its own (floored below its own maximum), zero-padded to 30 s."""
-    samples = piece_audio(audio, piece)
+    samples = piece.samples(audio)
     dtype = torch.float16 if model.decoder.token_embedding.weight.dtype == torch.float16 else torch.float32
     mel = LogMel(samples, model.dims.n_mels).window(0, len(samples) // HOP_LENGTH)
     return mel.to(model.device, dtype).unsqueeze(0)
 
 
-def piece_features(model: Whisper, audio: np.ndarray, piece: Span, precision: str) -> torch.Tensor:
+def piece_features(model: Whisper, audio: np.ndarray, piece: Piece, precision: str) -> torch.Tensor:
     """A piece's encoder output [1, n_audio_ctx, d], the piece encoded alone."""
     return encode(model, piece_mel(model, audio, piece), precision)
 
 
-def batch_features(model: Whisper, audio: np.ndarray, batch: List[Span], precision: str) -> List[torch.Tensor]:
+def batch_features(model: Whisper, audio: np.ndarray, batch: List[Piece], precision: str) -> List[torch.Tensor]:
     """The encoder outputs of a batch's pieces, from one encoder call over all of them:
     about twice as fast as one call each here (tiny.en, 2 cores), and each row is what the
     piece alone gives, bit for bit (the encoder's rows never mix; tests/test_batched.py
@@ -105,22 +106,32 @@ def batch_features(model: Whisper, audio: np.ndarray, batch: List[Span], precisi
     return [features[i:i + 1] for i in range(len(batch))]
 
 
-def piece_segments(outcome: WindowOutcome, piece: Span, tokenizer, n_samples: int) -> List[Segment]:
-    """A piece's tokens as timed segments in the audio (split_segments, and the words after
-    its last timestamp pair as a segment ending with the piece), kept inside the piece."""
-    offset, frames = piece[0] / SAMPLE_RATE, (piece[1] - piece[0]) // HOP_LENGTH
+def piece_segments(outcome: WindowOutcome, piece: Piece, tokenizer) -> List[Segment]:
+    """A piece's tokens as timed segments in the piece's own time (split_segments, and the
+    words after its last timestamp pair as a segment ending with the piece), kept inside
+    the piece: file_times puts them in the file."""
+    frames = piece.length // HOP_LENGTH
     stride = 2  # mel frames per timestamp step (and per encoder position)
-    segments, _ = split_segments(outcome.tokens, tokenizer, offset, frames, TIMESTAMP_SECONDS, stride)
-    rest = unfinished_segment(outcome.tokens, segments, tokenizer, offset, frames, TIMESTAMP_SECONDS)
+    segments, _ = split_segments(outcome.tokens, tokenizer, 0.0, frames, TIMESTAMP_SECONDS, stride)
+    rest = unfinished_segment(outcome.tokens, segments, tokenizer, 0.0, frames, TIMESTAMP_SECONDS)
     segments += [rest] if rest is not None else []
-    low, high = offset, min(piece[1], n_samples) / SAMPLE_RATE
+    high = piece.length / SAMPLE_RATE
     ratio = outcome.compression_ratio(tokenizer)
     for s in segments:
-        s.start, s.end = min(max(s.start, low), high), min(max(s.end, low), high)
+        s.start, s.end = min(max(s.start, 0.0), high), min(max(s.end, 0.0), high)
         s.end = max(s.start, s.end)
         s.avg_logprob, s.compression_ratio = outcome.avg_logprob, ratio
         s.no_speech_prob, s.temperature = outcome.no_speech_prob, outcome.temperature
     return [s for s in segments if s.text.strip()]
+
+
+def file_times(piece: Piece, segments: List[Segment]) -> None:
+    """Segments (and their words) timed in a piece's own audio, moved to the file's time."""
+    for s in segments:
+        s.start, s.end = piece.file_seconds(s.start), piece.file_seconds(s.end, is_end=True)
+        s.words = [replace(w, start=round(piece.file_seconds(w.start), 2),
+                           end=round(piece.file_seconds(w.end, is_end=True), 2))
+                   for w in s.words] if s.words else s.words
 
 
 def stream_batched(model: Whisper, audio: np.ndarray,
@@ -139,10 +150,11 @@ class BatchedTranscription:
         self.model, self.audio, self.options = model, audio, options
         self.stats = Stats()
         self.regions = audio_regions(audio)
-        self.pieces = cut_pieces(self.regions, _samples(MAX_PIECE_SECONDS))
+        self.pieces = regions_to_pieces(self.regions)
         self.n_batches = -(-len(self.pieces) // options.batch_size)
         self.heard: List[Span] = []  # what the decodes so far wrote for, or called silent
-        self.unheard: List[Span] = []  # the speech they skipped, decoded after them
+        self.unheard: List[Piece] = []  # the speech they skipped, decoded after them
+        self.sparse: List[Segment] = []  # segments that wrote too few words for their speech
         self.language = options.language
         self.tokenizer = None
         self.segments: List[Segment] = []
@@ -154,16 +166,17 @@ class BatchedTranscription:
         self.generator = (None if options.seed is None
                           else torch.Generator(model.device).manual_seed(options.seed))
 
-    def batches(self) -> Iterator[List[Span]]:
+    def batches(self) -> Iterator[List[Piece]]:
         """The pieces, B at a time; then the speech their decodes skipped, B at a time (the
         second round is not checked again: a stretch twice left unwritten stays so)."""
         yield from _in_batches(self.pieces, self.options.batch_size)
-        self.unheard = unheard_speech(self.regions, self.heard, _samples(MIN_UNHEARD_SECONDS),
-                                      _samples(HEARD_MARGIN_SECONDS), _samples(MAX_PIECE_SECONDS))
+        self.unheard = [Piece((span,)) for span in unheard_speech(
+            self.regions, self.heard, _samples(MIN_UNHEARD_SECONDS), _samples(HEARD_MARGIN_SECONDS),
+            _samples(MAX_PIECE_SECONDS))]
         self.n_batches += -(-len(self.unheard) // self.options.batch_size)
         yield from _in_batches(self.unheard, self.options.batch_size)
 
-    def decode(self, batch_index: int, batch: List[Span]) -> Iterator[TokenEvent]:
+    def decode(self, batch_index: int, batch: List[Piece]) -> Iterator[TokenEvent]:
         """Encode the batch's pieces, decode them together (an event per step), keep them."""
         started = time.perf_counter()
         features = batch_features(self.model, self.audio, batch, self.options.precision)
@@ -190,7 +203,7 @@ class BatchedTranscription:
         self.tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages,
                                        language=self.language, task=self.options.task)
 
-    def _event(self, step: BatchStep, batch: List[Span], batch_index: int, encoder_ms: float) -> TokenEvent:
+    def _event(self, step: BatchStep, batch: List[Piece], batch_index: int, encoder_ms: float) -> TokenEvent:
         """The TokenEvent of a batch step: the transcript so far (the batches before, then
         each piece of this one as far as it has got), the cache of all its rows."""
         tokenizer, stats = self.tokenizer, self.stats
@@ -209,14 +222,14 @@ class BatchedTranscription:
             self_cache_reserved_bytes=step.self_cache_reserved_bytes,
             cross_cache_bytes=step.cross_cache_bytes, rss_bytes=rss, cache_mode=self.options.cache,
             beam_size=1, is_timestamp=picked >= tokenizer.timestamp_begin,
-            window_start=batch[0][0] / SAMPLE_RATE, window_end=batch[-1][1] / SAMPLE_RATE,
+            window_start=batch[0].start / SAMPLE_RATE, window_end=batch[-1].end / SAMPLE_RATE,
             audio_seconds=len(self.audio) / SAMPLE_RATE, n_windows=self.n_batches,
             prefill_tokens=step.prefill_tokens, window_encoder_ms=encoder_ms,
             encoder_dtype=stats.encoder_dtype, batch_rows=step.rows, batch_pieces=len(batch))
         self.step += 1
         return event
 
-    def _keep(self, batch: List[Span], outcomes: List[WindowOutcome], features) -> None:
+    def _keep(self, batch: List[Piece], outcomes: List[WindowOutcome], features) -> None:
         """Each piece's segments (decoded again where its greedy decode failed transcribe's
         tests), unless transcribe's no-speech rule calls it silent; what each decode heard
         (its segments' times, or the whole piece if silent), for unheard_speech."""
@@ -228,31 +241,54 @@ class BatchedTranscription:
             self.no_speech_prob = outcome.no_speech_prob
             if is_silent(outcome, options):
                 self.stats.skipped_windows += 1
-                self.heard.append(piece)
+                self.heard += piece.parts
                 continue
-            if skipped_stretch and fails_tests(outcome, self.tokenizer, options):
+            if skipped_stretch and (outcome.looping or fails_tests(outcome, self.tokenizer, options)):
                 continue  # a short stretch decoded alone, unsure of itself: where Whisper invents
-            segments = piece_segments(outcome, piece, self.tokenizer, len(self.audio))
+            segments = piece_segments(outcome, piece, self.tokenizer)
             if options.word_timestamps and segments:
                 self._time_words(piece, segments, piece_features_, skipped_stretch)
-            self.heard += [(_samples(s.start), _samples(s.end)) for s in segments]
+            file_times(piece, segments)
+            if skipped_stretch:
+                self._replace_sparse(piece)
+            self._hear(segments, skipped_stretch)
             self.segments.extend(segments)
         self.segments.sort(key=lambda s: s.start)  # a skipped stretch's segments among the others
         self.kept_text = text(self.tokenizer, [t for s in self.segments for t in s.tokens]).strip()
 
-    def _time_words(self, piece: Span, segments: List[Segment], features: torch.Tensor,
+    def _hear(self, segments: List[Segment], skipped_stretch: bool) -> None:
+        """The segments' times as heard, but for a segment of a piece that wrote too few
+        tokens for the speech under it (pieces.too_few_tokens): its speech is decoded again
+        as skipped, and that decode, if written, replaces it (_replace_sparse)."""
+        eot = self.tokenizer.eot
+        for s in segments:
+            span = (_samples(s.start), _samples(s.end))
+            said = sum(1 for t in s.tokens if t < eot)
+            if not skipped_stretch and too_few_tokens(said, voiced_length(self.regions, span)):
+                self.sparse.append(s)
+            else:
+                self.heard.append(span)
+
+    def _replace_sparse(self, stretch: Piece) -> None:
+        """A skipped stretch's decode is written: the sparse segments over its speech, which
+        heard it as a few words, leave the text for it."""
+        over = [s for s in self.sparse if _samples(s.start) < stretch.end and stretch.start < _samples(s.end)]
+        self.segments = [s for s in self.segments if not any(s is o for o in over)]
+
+    def _time_words(self, piece: Piece, segments: List[Segment], features: torch.Tensor,
                     skipped_stretch: bool) -> None:
-        """Word timestamps for a piece's segments, given where the speech before them ended
-        (transcribe's last_speech_timestamp): for a skipped stretch, decoded after the pieces
-        around it, the end of the segments before it."""
-        start = piece[0] / SAMPLE_RATE
+        """Word timestamps for a piece's segments (in the piece's time), given where the
+        speech before them ended (transcribe's last_speech_timestamp, in the file's time):
+        for a skipped stretch, decoded after the pieces around it, the end of the segments
+        before it."""
+        start = piece.start / SAMPLE_RATE
         speech_before = (max((s.end for s in self.segments if s.end <= start), default=0.0)
                          if skipped_stretch else self.last_speech_end)
         end = add_word_timestamps(segments, self.model, self.tokenizer, features,
-                                  (piece[1] - piece[0]) // HOP_LENGTH, start, speech_before,
+                                  piece.length // HOP_LENGTH, 0.0, speech_before - start,
                                   probabilities=self.options.word_probabilities)
-        if not skipped_stretch:
-            self.last_speech_end = end
+        if not skipped_stretch and any(s.words for s in segments):  # else `end` is what it was given
+            self.last_speech_end = piece.file_seconds(end, is_end=True)
 
     def _fallback(self, features: torch.Tensor, outcome: WindowOutcome) -> WindowOutcome:
         """transcribe()'s temperature fallback, for a piece whose greedy decode is a loop:
@@ -268,21 +304,37 @@ class BatchedTranscription:
         for temperature in FALLBACK_TEMPERATURES[1:]:
             if not self._looped(outcome):
                 return outcome
-            attempt = Returning(decode_window(self.model, features, self.tokenizer, self.options,
-                                              self.language, temperature, [], generator=self.generator,
-                                              memo=memo))
-            self.stats.latencies_ms.extend(step.latency_ms for step in attempt)
-            outcome = attempt.value
+            outcome = self._attempt(features, temperature, memo, no_speech_prob=outcome.no_speech_prob)
             tried.append(outcome)
         return outcome if not self._looped(outcome) else min(
             tried, key=lambda o: o.compression_ratio(self.tokenizer))
 
+    def _attempt(self, features: torch.Tensor, temperature: float, memo: WindowMemo,
+                 no_speech_prob: float) -> WindowOutcome:
+        """One sampled attempt at a piece alone, stopped where it is stuck in a loop (as the
+        batch stops its rows): such an attempt fails, and its last steps would be wasted."""
+        attempt = decode_window(self.model, features, self.tokenizer, self.options, self.language,
+                                temperature, [], generator=self.generator, memo=memo)
+        timestamp_begin = self.tokenizer.timestamp_begin
+        try:
+            while True:
+                step = next(attempt)
+                self.stats.latencies_ms.append(step.latency_ms)
+                if is_looping(step.window_tokens, timestamp_begin):
+                    attempt.close()
+                    return WindowOutcome(tokens=step.window_tokens, no_speech_prob=no_speech_prob,
+                                         temperature=temperature, looping=True)
+        except StopIteration as done:
+            return done.value
+
     def _looped(self, outcome: WindowOutcome) -> bool:
+        """Whether a decode is a loop: stopped as one, or all its tokens used and too
+        repetitive for transcribe's compression ratio test."""
         options, threshold = self.options, self.options.compression_ratio_threshold
         sample_len = options.max_tokens_per_window or self.model.dims.n_text_ctx // 2
         return (options.temperature_fallback and threshold is not None and not outcome.silent
-                and len(outcome.tokens) >= sample_len
-                and outcome.compression_ratio(self.tokenizer) > threshold)
+                and (outcome.looping or (len(outcome.tokens) >= sample_len
+                                         and outcome.compression_ratio(self.tokenizer) > threshold)))
 
     def result(self) -> DecodeResult:
         return self.stats.result(self.kept_text, self.segments, self.language or "en", self.options,

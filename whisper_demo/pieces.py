@@ -17,6 +17,7 @@ the speech that no segment covers, so that it is decoded on its own (batched.py)
 Everything here but `speech_probabilities` is pure (lists in, lists out): tests run it on tables.
 """
 
+from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -26,6 +27,11 @@ from .audio import SAMPLE_RATE
 Span = Tuple[int, int]  # [start, end) in samples
 
 MAX_PIECE_SECONDS = 30.0
+# a pause inside a piece longer than this is shortened to it (None: pauses kept whole):
+# faster-whisper's batched pipeline keeps at most 0.8 s (its 0.4 s of padding on each side)
+MAX_KEPT_PAUSE_SECONDS: Optional[float] = 0.6
+# a full piece ends at its longest pause after this fraction of its length
+CUT_FROM = 0.8
 # pauses shorter than this are inside speech (a stop consonant, a breath between words)
 MIN_PAUSE_SECONDS = 0.16  # faster-whisper batched's min_silence_duration_ms
 # kept around each region: Silero's decision lags the first and last phonemes slightly
@@ -36,6 +42,11 @@ MIN_SPEECH_SECONDS = 0.1
 # a segment's timestamps are within a few tenths of its words, hence the margin)
 MIN_UNHEARD_SECONDS = 1.0
 HEARD_MARGIN_SECONDS = 0.2
+# a segment over at least this much speech that wrote fewer text tokens than this per second
+# of it did not hear it (too_few_tokens): people say 2-3 words a second (English ~1.3 tokens a
+# word; a token a character in Chinese), slow speech over 1; tokens count in any language
+MIN_SPARSE_SECONDS = 4.0
+MIN_TOKENS_PER_SECOND = 0.6
 
 
 def speech_probabilities(audio: np.ndarray, model=None) -> np.ndarray:
@@ -98,37 +109,99 @@ def speech_regions(voiced: Sequence[bool], frame: int, n_samples: int,
     return [r for r in regions if r[1] > r[0]]
 
 
-def cut_pieces(regions: Sequence[Span], max_length: int) -> List[Span]:
-    """Speech regions merged greedily into pieces of at most `max_length` samples.
+@dataclass(frozen=True)
+class Piece:
+    """What one encoder window decodes: spans of the file played one after another.
+
+    A piece cut from speech with no long pause is one span. Where a pause inside it is
+    longer than the kept pause (cut_pieces), the span before ends and the next begins inside
+    it: Whisper encodes 30 s whatever it is given, so seconds of silence in a window are
+    paid for like speech, and the window holds less speech."""
+
+    parts: Tuple[Span, ...]
+
+    @property
+    def start(self) -> int:
+        return self.parts[0][0]
+
+    @property
+    def end(self) -> int:
+        return self.parts[-1][1]
+
+    @property
+    def length(self) -> int:
+        """Samples of audio the decode is given (the parts, without what was left out)."""
+        return sum(end - start for start, end in self.parts)
+
+    def samples(self, audio: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.concatenate([audio[start:end] for start, end in self.parts]),
+                                    dtype=np.float32)
+
+    def file_seconds(self, seconds: float, is_end: bool = False) -> float:
+        """A time in the piece's audio (seconds from its start) as a time in the file, in the
+        part it falls in. A time on the seam between two parts is the later part's start,
+        or with `is_end` (a segment's or a word's end) the earlier part's end."""
+        position = seconds * SAMPLE_RATE
+        for start, end in self.parts:
+            length = end - start
+            if position < length or (is_end and position <= length):
+                return (start + max(position, 0.0)) / SAMPLE_RATE
+            position -= length
+        return self.end / SAMPLE_RATE
+
+
+def cut_pieces(regions: Sequence[Span], max_length: int, max_pause: Optional[int] = None,
+               cut_from: float = 0.5) -> List[Piece]:
+    """Speech regions merged greedily into pieces of at most `max_length` samples of audio.
 
     A piece takes regions while they fit. When the next does not, the piece ends in the
-    longest pause between its regions in its second half (or after its last region if it
-    has no pause there), and the regions after that cut open the next piece. A region
-    longer than `max_length` by itself is cut into parts of `max_length` (no pause to cut at).
+    longest pause between its regions after `cut_from` of its length (or after its last
+    region if it has no pause there), and the regions after that cut open the next piece.
+    With `max_pause`, a pause longer than that inside a piece is shortened to it (half kept
+    after the speech before it, half before the speech after it) and the piece's length
+    counts the shortened pause. A region longer than `max_length` by itself is cut into
+    parts of `max_length` (no pause to cut at).
     """
     regions = [part for r in regions for part in _split_long(r, max_length)]
-    pieces: List[Span] = []
+    pieces: List[Piece] = []
     i = 0
     while i < len(regions):
         j = i + 1  # regions[i:j] are the piece's
-        while j < len(regions) and regions[j][1] - regions[i][0] <= max_length:
+        while j < len(regions) and _joined_length(regions[i:j + 1], max_pause) <= max_length:
             j += 1
         if j < len(regions):
-            j = _longest_pause_cut(regions, i, j)
-        pieces.append((regions[i][0], regions[j - 1][1]))
+            j = _longest_pause_cut(regions, i, j, max_pause, cut_from)
+        pieces.append(Piece(_joined_parts(regions[i:j], max_pause)))
         i = j
     return pieces
 
 
-def _longest_pause_cut(regions: Sequence[Span], i: int, j: int) -> int:
+def _joined_parts(regions: Sequence[Span], max_pause: Optional[int]) -> Tuple[Span, ...]:
+    """The spans of the file that regions joined into one piece play: from the first
+    region's start to the last one's end, less the middle of every pause over `max_pause`."""
+    parts, start = [], regions[0][0]
+    for before, after in zip(regions, regions[1:]):
+        if max_pause is not None and after[0] - before[1] > max_pause:
+            parts.append((start, before[1] + max_pause // 2))
+            start = after[0] - (max_pause - max_pause // 2)
+    parts.append((start, regions[-1][1]))
+    return tuple(parts)
+
+
+def _joined_length(regions: Sequence[Span], max_pause: Optional[int]) -> int:
+    return sum(end - start for start, end in _joined_parts(regions, max_pause))
+
+
+def _longest_pause_cut(regions: Sequence[Span], i: int, j: int, max_pause: Optional[int],
+                       cut_from: float) -> int:
     """Where to end a full piece of regions[i:j]: after the region followed by the longest
-    pause among those in the second half of the piece (the last region if none is)."""
-    start, end = regions[i][0], regions[j - 1][1]
-    half = start + (end - start) // 2
+    pause (as spoken, before any shortening) among those after `cut_from` of the piece's
+    length (the last region if none is)."""
+    earliest = cut_from * _joined_length(regions[i:j], max_pause)
     best, best_pause = j, -1
     for k in range(i + 1, j):  # a cut before regions[k]
         pause = regions[k][0] - regions[k - 1][1]
-        if regions[k - 1][1] >= half and pause > best_pause:
+        if _joined_length(regions[i:k], max_pause) >= earliest and pause > best_pause:
             best, best_pause = k, pause
     return best
 
@@ -159,8 +232,17 @@ def unheard_speech(regions: Sequence[Span], heard: Sequence[Span], min_length: i
             for part in _split_long((start, end), max_length)]
 
 
-def piece_audio(audio: np.ndarray, piece: Span) -> np.ndarray:
-    return np.ascontiguousarray(audio[piece[0]:piece[1]], dtype=np.float32)
+def voiced_length(regions: Sequence[Span], span: Span) -> int:
+    """Samples of `span` inside speech `regions`."""
+    return sum(max(0, min(end, span[1]) - max(start, span[0])) for start, end in regions)
+
+
+def too_few_tokens(n_tokens: int, voiced: int, min_voiced: int = round(MIN_SPARSE_SECONDS * SAMPLE_RATE),
+                   tokens_per_second: float = MIN_TOKENS_PER_SECOND) -> bool:
+    """Whether a segment wrote too few text tokens for the speech under it (`voiced`
+    samples) to have heard it: a decode that wrote " for a stilliner." (5 tokens) with
+    timestamps around 25 s of read speech skipped most of it."""
+    return voiced >= min_voiced and n_tokens < tokens_per_second * voiced / SAMPLE_RATE
 
 
 def audio_regions(audio: np.ndarray) -> List[Span]:
@@ -171,6 +253,13 @@ def audio_regions(audio: np.ndarray) -> List[Span]:
     return speech_regions(voiced, FRAME, len(audio))
 
 
-def audio_pieces(audio: np.ndarray, max_seconds: float = MAX_PIECE_SECONDS) -> List[Span]:
+def audio_pieces(audio: np.ndarray, max_seconds: float = MAX_PIECE_SECONDS) -> List[Piece]:
     """The pieces of `audio` (float32 16 kHz) to decode: Silero's speech regions, merged."""
-    return cut_pieces(audio_regions(audio), round(max_seconds * SAMPLE_RATE))
+    return regions_to_pieces(audio_regions(audio), max_seconds)
+
+
+def regions_to_pieces(regions: Sequence[Span], max_seconds: float = MAX_PIECE_SECONDS) -> List[Piece]:
+    """cut_pieces with this module's kept pause and cut point."""
+    return cut_pieces(regions, round(max_seconds * SAMPLE_RATE),
+                      None if MAX_KEPT_PAUSE_SECONDS is None else round(MAX_KEPT_PAUSE_SECONDS * SAMPLE_RATE),
+                      CUT_FROM)

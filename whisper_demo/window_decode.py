@@ -49,6 +49,7 @@ class WindowOutcome:
     draft_accepted: int = 0  # of those, confirmed by the model
     draft_passes: int = 0  # decoder forwards that checked draft tokens
     prefix_given: int = 0  # tokens the window's transcript was given to start with
+    looping: bool = False  # stopped before its end: its last tokens repeat (fallback.is_looping)
     # the decode's cross-attention K/V, kept for word timing when it can use them as they
     # are (saves projecting the audio again: ~18 ms of a tiny.en live re-decode)
     cross_kv: Optional[list] = None
