@@ -2,11 +2,12 @@
 
 decode.stream_transcribe's seek loop decodes one 30 s window after another, because each
 window starts where the previous one's text ended. Here the audio is first cut at Silero's
-pauses into pieces of at most 30 s (pieces.py); the pieces are then independent, so B of
-them are decoded together (batch_decode.py): one decoder step reads the weights once for
-B pieces. The segments are stitched back with each piece's time offset into the
-DecodeResult that stream_transcribe returns, so the page, the downloads and the API take
-it as they are.
+pauses into pieces of at most 30 s of audio, a pause over 0.6 s inside a piece shortened
+to 0.6 s (pieces.py: Whisper encodes 30 s whatever it is given, so a window should hold
+speech, not silence); the pieces are then independent, so B of them are decoded together
+(batch_decode.py): one decoder step reads the weights once for B pieces. The segments are
+put back in the file's time (Piece.file_seconds) and stitched into the DecodeResult that
+stream_transcribe returns, so the page, the downloads and the API take it as they are.
 
 Choices, and why:
 - No prompt: a piece is decoded without the text before it. The pieces of one batch are
@@ -15,8 +16,10 @@ Choices, and why:
   (positions), and a prompt is also what carries a hallucination from window to window.
   faster-whisper's batched pipeline decodes its pieces without one too.
 - Greedy at temperature 0 in the batch. A piece whose decode is a loop (all its tokens
-  used, and over transcribe()'s compression ratio threshold) is decoded again alone at
-  rising temperatures, as transcribe does (DecodeOptions.temperature_fallback); other
+  used, and over transcribe()'s compression ratio threshold; or stopped as one:
+  fallback.is_looping, so that one looping row does not hold its batch open to token
+  224) is decoded again alone at rising temperatures, as transcribe does
+  (DecodeOptions.temperature_fallback); other
   failures of transcribe's tests are kept (BatchedTranscription._fallback says why;
   faster-whisper's batched pipeline keeps its first decode of every piece).
   transcribe()'s no-speech rule drops a silent piece.
@@ -27,13 +30,16 @@ Choices, and why:
   call each on this CPU, and each piece's features equal its encoding alone.
 - Each piece's tokens are those of decode_window on that piece alone, at temperature 0
   with no prompt, in the exact precision and the int8 one (batch_cache.py says why;
-  tests/test_batched.py checks both).
+  tests/test_batched.py checks both), up to where a looping row is stopped.
 - Speech a piece's decode skipped (its segments leave a second or more of Silero's speech
   uncovered: pieces.unheard_speech) is decoded again as pieces of its own, in batches
   after the others, once, greedily (no fallback); such a decode is written only if it
   passes transcribe()'s tests (log probability, compression ratio): a stretch of a second
   or two decoded with no context around it is where Whisper invents ("I'm not sure if I
   can." for a second of a hard clip whose reference is "montreal forced aligner").
+  A segment that wrote too few tokens for the speech under it (pieces.too_few_tokens:
+  " for a stilliner." timed over 25 s of read speech) did not hear it either: its speech
+  is decoded again the same way, and that decode, if written, replaces it.
   docs/long-audio.md has what it changed.
 """
 

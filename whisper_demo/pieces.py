@@ -5,14 +5,17 @@ The seek loop (decode.py) must decode window after window: where one starts depe
 what the one before it wrote. Pieces cut in advance at pauses are independent, so a batch
 of them can share each decoder step. Where to cut comes from Silero VAD (live/vad.py):
 its per-frame voice decisions become speech regions (speech_regions), and the regions are
-merged greedily into pieces up to the limit, each cut in the longest pause of its second
-half (cut_pieces), so that a piece ends on a pause and is not left short. Silence between
-pieces is never decoded: no words are invented there.
+merged greedily into pieces up to the limit, each cut in the longest pause of its last
+fifth (cut_pieces), so that a piece ends on a pause and is full. A pause over 0.6 s inside
+a piece is shortened to 0.6 s (a Piece plays several spans of the file): Whisper encodes
+30 s whatever it is given, and seconds of silence cost like speech. Silence between pieces
+is never decoded: no words are invented there.
 
 A decode can also skip speech it was given: with timestamp tokens Whisper sometimes closes a
 segment and opens the next one seconds later, and the sentence between is never written
-(on the 10-minute file of `bench e2e`, 6 such stretches in 29 pieces). unheard_speech finds
-the speech that no segment covers, so that it is decoded on its own (batched.py).
+(on the 10-minute file of `bench e2e`, 3-12 such stretches in 21-24 pieces), or writes a
+few words timed over seconds of speech (too_few_tokens). unheard_speech finds the speech
+that no segment covers, so that it is decoded on its own (batched.py).
 
 Everything here but `speech_probabilities` is pure (lists in, lists out): tests run it on tables.
 """
