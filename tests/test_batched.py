@@ -291,13 +291,10 @@ def _decoded_with_a_skip(model, speech, monkeypatch):
     """A batched decode of `speech` in which one piece's decode skips a middle segment
     (one of 1.5 s and 4 words or more between two others): the run and the skipped segment."""
     from whisper_demo import batched
-    from whisper_demo.batched import BatchedTranscription
 
-    real_piece_segments = batched.piece_segments
     dropped = []
 
-    def skipping(outcome, piece, tokenizer, **kwargs):
-        segments = real_piece_segments(outcome, piece, tokenizer, **kwargs)
+    def skipping(piece, segments, tokenizer):
         middle = [k for k in range(1, len(segments) - 1)
                   if segments[k].end - segments[k].start >= 1.5 and len(segments[k].text.split()) >= 4]
         if not dropped and middle:
@@ -305,13 +302,25 @@ def _decoded_with_a_skip(model, speech, monkeypatch):
             batched.file_times(piece, dropped)  # in the piece's time until then
         return segments
 
-    monkeypatch.setattr(batched, "piece_segments", skipping)
+    run = _run_changing_segments(model, speech, monkeypatch, skipping)
+    assert dropped, "no piece had a middle segment to skip"
+    return run, dropped[0]
+
+
+def _run_changing_segments(model, speech, monkeypatch, change):
+    """A batched decode of `speech` in which each piece's segments (in the piece's time)
+    pass through `change(piece, segments, tokenizer)` before they are kept: the run."""
+    from whisper_demo import batched
+    from whisper_demo.batched import BatchedTranscription
+
+    real_piece_segments = batched.piece_segments
+    monkeypatch.setattr(batched, "piece_segments", lambda outcome, piece, tokenizer: change(
+        piece, real_piece_segments(outcome, piece, tokenizer), tokenizer))
     run = BatchedTranscription(model, speech, DecodeOptions(batch_size=8, language="en"))
     for index, batch in enumerate(run.batches()):
         for _ in run.decode(index, batch):
             pass
-    assert dropped, "no piece had a middle segment to skip"
-    return run, dropped[0]
+    return run
 
 
 def _words_back(result, skipped):
@@ -345,16 +354,12 @@ def test_a_segment_that_wrote_a_few_words_over_seconds_of_speech_is_replaced_by_
     stilliner." over a 25 s piece of read speech). Here one piece's decode is made to write
     only its first two tokens, timed over all its segments: that speech is decoded again as
     skipped, and the decode that heard it replaces the few words."""
-    from whisper_demo import batched
-    from whisper_demo.batched import BatchedTranscription
     from whisper_demo.events import Segment
     from whisper_demo.text import words
 
-    real_piece_segments = batched.piece_segments
     shortened = []
 
-    def few_words(outcome, piece, tokenizer, **kwargs):
-        segments = real_piece_segments(outcome, piece, tokenizer, **kwargs)
+    def few_words(piece, segments, tokenizer):
         said = [t for s in segments for t in s.tokens if t < tokenizer.eot]
         if not shortened and len(said) > 15 and segments[-1].end - segments[0].start >= 8.0:
             heard = " ".join(s.text for s in segments)
@@ -364,11 +369,7 @@ def test_a_segment_that_wrote_a_few_words_over_seconds_of_speech_is_replaced_by_
             return [few]
         return segments
 
-    monkeypatch.setattr(batched, "piece_segments", few_words)
-    run = BatchedTranscription(tiny_model, speech, DecodeOptions(batch_size=8, language="en"))
-    for index, batch in enumerate(run.batches()):
-        for _ in run.decode(index, batch):
-            pass
+    run = _run_changing_segments(tiny_model, speech, monkeypatch, few_words)
     assert shortened, "no piece had 8 s of segments to shorten"
     piece, few, heard = shortened[0]
     assert run.sparse == [few] and any(piece.start <= p.start < piece.end for p in run.unheard)
