@@ -379,6 +379,30 @@ def test_a_segment_that_wrote_a_few_words_over_seconds_of_speech_is_replaced_by_
     assert len(set(words(around)) & set(words(heard))) >= 0.6 * len(set(words(heard)))
 
 
+def test_a_few_words_over_much_speech_stay_when_the_decode_again_writes_nothing(tiny_model, speech, monkeypatch):
+    """Nothing shown is lost: the few words leave only for a decode that heard their audio
+    and wrote something else there."""
+    from whisper_demo.events import Segment
+
+    shortened = []
+
+    def few_then_nothing(piece, segments, tokenizer):
+        said = [t for s in segments for t in s.tokens if t < tokenizer.eot]
+        if not shortened and len(said) > 15 and segments[-1].end - segments[0].start >= 8.0:
+            few = Segment(start=segments[0].start, end=segments[-1].end, text=tokenizer.decode(said[:2]),
+                          tokens=said[:2])
+            shortened.append((piece, few))
+            return [few]
+        if shortened and shortened[0][0].start <= piece.start < shortened[0][0].end:
+            return []  # the decode of its speech again writes nothing
+        return segments
+
+    run = _run_changing_segments(tiny_model, speech, monkeypatch, few_then_nothing)
+    piece, few = shortened[0]
+    assert any(piece.start <= p.start < piece.end for p in run.unheard)  # decoded again
+    assert any(s is few for s in run.result().segments)  # and kept
+
+
 def test_a_skipped_stretch_s_decode_that_fails_transcribe_s_tests_is_not_written(tiny_model, speech, monkeypatch):
     """Decoded alone, with no context, a second or two of audio is where Whisper invents:
     a skipped stretch's decode is written only if it passes transcribe()'s tests."""

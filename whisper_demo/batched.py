@@ -160,7 +160,7 @@ class BatchedTranscription:
         self.n_batches = -(-len(self.pieces) // options.batch_size)
         self.heard: List[Span] = []  # what the decodes so far wrote for, or called silent
         self.unheard: List[Piece] = []  # the speech they skipped, decoded after them
-        self.sparse: List[Segment] = []  # segments that wrote too few words for their speech
+        self.sparse: List[Segment] = []  # segments that wrote too few tokens for their speech
         self.language = options.language
         self.tokenizer = None
         self.segments: List[Segment] = []
@@ -255,7 +255,7 @@ class BatchedTranscription:
             if options.word_timestamps and segments:
                 self._time_words(piece, segments, piece_features_, skipped_stretch)
             file_times(piece, segments)
-            if skipped_stretch:
+            if skipped_stretch and segments:  # a decode that wrote nothing replaces nothing
                 self._replace_sparse(piece)
             self._hear(segments, skipped_stretch)
             self.segments.extend(segments)
