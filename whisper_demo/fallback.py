@@ -35,6 +35,8 @@ def is_looping(tokens: Sequence[int], timestamp_begin: int, window: int = LOOP_T
                max_period: int = LOOP_PERIOD) -> bool:
     """Whether the last `window` text tokens of `tokens` (timestamps left out: a loop's
     segments each get later times) repeat one run of at most `max_period` tokens."""
+    if len(tokens) < window:  # before the filter: this runs every step of every row
+        return False
     text = [t for t in tokens if t < timestamp_begin]
     if len(text) < window:
         return False

@@ -30,9 +30,9 @@ from .audio import SAMPLE_RATE
 Span = Tuple[int, int]  # [start, end) in samples
 
 MAX_PIECE_SECONDS = 30.0
-# a pause inside a piece longer than this is shortened to it (None: pauses kept whole):
-# faster-whisper's batched pipeline keeps at most 0.8 s (its 0.4 s of padding on each side)
-MAX_KEPT_PAUSE_SECONDS: Optional[float] = 0.6
+# a pause inside a piece longer than this is shortened to it: faster-whisper's batched
+# pipeline keeps at most 0.8 s (its 0.4 s of padding on each side)
+MAX_KEPT_PAUSE_SECONDS = 0.6
 # a full piece ends at its longest pause after this fraction of its length
 CUT_FROM = 0.8
 # pauses shorter than this are inside speech (a stop consonant, a breath between words)
@@ -263,6 +263,5 @@ def audio_pieces(audio: np.ndarray, max_seconds: float = MAX_PIECE_SECONDS) -> L
 
 def regions_to_pieces(regions: Sequence[Span], max_seconds: float = MAX_PIECE_SECONDS) -> List[Piece]:
     """cut_pieces with this module's kept pause and cut point."""
-    return cut_pieces(regions, round(max_seconds * SAMPLE_RATE),
-                      None if MAX_KEPT_PAUSE_SECONDS is None else round(MAX_KEPT_PAUSE_SECONDS * SAMPLE_RATE),
+    return cut_pieces(regions, round(max_seconds * SAMPLE_RATE), round(MAX_KEPT_PAUSE_SECONDS * SAMPLE_RATE),
                       CUT_FROM)
