@@ -307,9 +307,10 @@ def _decoded_with_a_skip(model, speech, monkeypatch):
     return run, dropped[0]
 
 
-def _run_changing_segments(model, speech, monkeypatch, change):
+def _run_changing_segments(model, speech, monkeypatch, change, events=None):
     """A batched decode of `speech` in which each piece's segments (in the piece's time)
-    pass through `change(piece, segments, tokenizer)` before they are kept: the run."""
+    pass through `change(piece, segments, tokenizer)` before they are kept: the run (and
+    into `events`, if given, each batch's first TokenEvent)."""
     from whisper_demo import batched
     from whisper_demo.batched import BatchedTranscription
 
@@ -318,8 +319,9 @@ def _run_changing_segments(model, speech, monkeypatch, change):
         piece, real_piece_segments(outcome, piece, tokenizer), tokenizer))
     run = BatchedTranscription(model, speech, DecodeOptions(batch_size=8, language="en"))
     for index, batch in enumerate(run.batches()):
-        for _ in run.decode(index, batch):
-            pass
+        for step, event in enumerate(run.decode(index, batch)):
+            if events is not None and step == 0:
+                events.append(event)
     return run
 
 
@@ -346,6 +348,34 @@ def test_speech_a_decode_skipped_is_decoded_again_and_put_in_its_place(tiny_mode
     starts = [s.start for s in result.segments]
     assert starts == sorted(starts)
     assert result.text == "".join(s.text for s in result.segments).strip()
+
+
+def test_skipped_stretches_are_encoded_over_their_audio_not_30_seconds(tiny_model, speech, monkeypatch):
+    """A skipped stretch is a few seconds of speech: its batch is encoded over its longest
+    stretch's audio and encoder.py's margin (a 30 s window each cost as much as a full
+    piece), every row alike, and the panel's cross K/V formula counts those positions."""
+    from whisper_demo import batched
+    from whisper_demo.batched import piece_mel
+    from whisper_demo.encoder import encode, encoder_frames
+    from whisper_demo.ui.render.panel import panel_html
+
+    events = []
+    monkeypatch.setattr(batched, "unheard_speech", lambda *args: [(3 * SR, 5 * SR), (9 * SR, 12 * SR + 80)])
+    run = _run_changing_segments(tiny_model, speech, monkeypatch, lambda piece, segments, tokenizer: segments,
+                                 events)
+    stretch_batch = events[-1]
+    assert len(run.unheard) == 2 and stretch_batch.batch_pieces == 2
+    frames = encoder_frames((3 * SR + 80) // 160, audio_only=True)  # the longer stretch's audio + margin
+    positions = frames // 2
+    assert positions < 1500
+    assert stretch_batch.cross_cache_bytes == stretch_batch.batch_rows * 2 * 4 * positions * 384 * 4
+    together = batch_features(tiny_model, speech, run.unheard, "exact", audio_only=True)
+    assert [f.shape[1] for f in together] == [positions, positions]
+    # the shorter stretch's row is its own audio encoded alone over the same frames
+    alone = encode(tiny_model, piece_mel(tiny_model, speech, run.unheard[0], frames), "exact")
+    assert torch.equal(together[0], alone)
+    shown = panel_html(stretch_batch, tiny_model, latencies_ms=[stretch_batch.latency_ms])
+    assert f"{positions} frames (audio + 8 s)" in shown and "≠ formula" not in shown
 
 
 def test_a_segment_that_wrote_a_few_words_over_seconds_of_speech_is_replaced_by_a_decode_that_heard_it(

@@ -37,6 +37,10 @@ Choices, and why:
   passes transcribe()'s tests (log probability, compression ratio): a stretch of a second
   or two decoded with no context around it is where Whisper invents ("I'm not sure if I
   can." for a second of a hard clip whose reference is "montreal forced aligner").
+  A batch of such stretches is encoded over its longest stretch's audio and encoder.py's
+  8 s margin, not 30 s (batch_features): their 30 s windows had cost 12-20 % of a
+  10-minute file's time for a few seconds of speech each, and the written text was the
+  same within an error (docs/long-audio.md).
   A segment that wrote too few tokens for the speech under it (pieces.too_few_tokens:
   " for a stilliner." timed over 25 s of read speech) did not hear it either: its speech
   is decoded again the same way, and that decode, if written, replaces it.
@@ -57,7 +61,7 @@ from whisper.tokenizer import get_tokenizer
 from .batch_decode import BatchDecode, BatchStep
 from .cache import WindowMemo
 from .decode_state import Returning, Stats, text
-from .encoder import encode, encoder_dtype
+from .encoder import FRAMES_PER_SECOND, encode, encoder_dtype, encoder_frames
 from .events import TIMESTAMP_SECONDS, DecodeOptions, DecodeResult, Segment, TokenEvent
 from .fallback import FALLBACK_TEMPERATURES, fails_tests, is_looping, is_silent
 from .pieces import (HEARD_MARGIN_SECONDS, MAX_PIECE_SECONDS, MIN_UNHEARD_SECONDS, Piece, Span, audio_regions,
@@ -89,12 +93,12 @@ def applies(options: DecodeOptions, n_samples: int) -> bool:
             and not options.prefix_tokens and not options.draft_tokens)
 
 
-def piece_mel(model: Whisper, audio: np.ndarray, piece: Piece) -> torch.Tensor:
-    """A piece's log-mel [1, n_mels, 3000] as transcribe would compute it for the piece as
-    a file: its own (floored below its own maximum), zero-padded to 30 s."""
+def piece_mel(model: Whisper, audio: np.ndarray, piece: Piece, frames: int = N_FRAMES) -> torch.Tensor:
+    """A piece's log-mel [1, n_mels, frames] as transcribe would compute it for the piece as
+    a file: its own (floored below its own maximum), zero-padded to 30 s (or `frames`)."""
     samples = piece.samples(audio)
     dtype = torch.float16 if model.decoder.token_embedding.weight.dtype == torch.float16 else torch.float32
-    mel = LogMel(samples, model.dims.n_mels).window(0, len(samples) // HOP_LENGTH)
+    mel = LogMel(samples, model.dims.n_mels).window(0, len(samples) // HOP_LENGTH, frames)
     return mel.to(model.device, dtype).unsqueeze(0)
 
 
@@ -103,12 +107,18 @@ def piece_features(model: Whisper, audio: np.ndarray, piece: Piece, precision: s
     return encode(model, piece_mel(model, audio, piece), precision)
 
 
-def batch_features(model: Whisper, audio: np.ndarray, batch: List[Piece], precision: str) -> List[torch.Tensor]:
+def batch_features(model: Whisper, audio: np.ndarray, batch: List[Piece], precision: str,
+                   audio_only: bool = False) -> List[torch.Tensor]:
     """The encoder outputs of a batch's pieces, from one encoder call over all of them:
     about twice as fast as one call each here (tiny.en, 2 cores), and each row is what the
     piece alone gives, bit for bit (the encoder's rows never mix; tests/test_batched.py
-    checks it where the matrix library could have blocked a larger product otherwise)."""
-    features = encode(model, torch.cat([piece_mel(model, audio, p) for p in batch]), precision)
+    checks it where the matrix library could have blocked a larger product otherwise).
+
+    audio_only: each piece is encoded over the batch's longest audio and encoder.py's
+    margin, not 30 s (whisper.cpp's audio_ctx, as the live streamed pass encodes): for the
+    skipped stretches, a few seconds each, whose 30 s windows cost as much as full pieces."""
+    frames = encoder_frames(max(p.length for p in batch) // HOP_LENGTH, audio_only)
+    features = encode(model, torch.cat([piece_mel(model, audio, p, frames) for p in batch]), precision)
     return [features[i:i + 1] for i in range(len(batch))]
 
 
@@ -185,8 +195,10 @@ class BatchedTranscription:
     def decode(self, batch_index: int, batch: List[Piece]) -> Iterator[TokenEvent]:
         """Encode the batch's pieces, decode them together (an event per step), keep them."""
         started = time.perf_counter()
-        features = batch_features(self.model, self.audio, batch, self.options.precision)
+        stretches = batch[0] in self.unheard
+        features = batch_features(self.model, self.audio, batch, self.options.precision, audio_only=stretches)
         encoder_ms = (time.perf_counter() - started) * 1000
+        encoded_seconds = max(p.length for p in batch) // HOP_LENGTH / FRAMES_PER_SECOND if stretches else 0.0
         self.stats.encoder_ms += encoder_ms
         self.stats.encoder_dtype = encoder_dtype(self.model, self.options.precision)
         if self.tokenizer is None:
@@ -194,7 +206,7 @@ class BatchedTranscription:
         decoding = Returning(BatchDecode(self.model, features, self.tokenizer, self.options,
                                          self.language).steps())
         for step in decoding:
-            yield self._event(step, batch, batch_index, encoder_ms)
+            yield self._event(step, batch, batch_index, encoder_ms, encoded_seconds)
         self._keep(batch, decoding.value, features)
 
     def _start_tokenizer(self, first_features: torch.Tensor) -> None:
@@ -209,7 +221,8 @@ class BatchedTranscription:
         self.tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages,
                                        language=self.language, task=self.options.task)
 
-    def _event(self, step: BatchStep, batch: List[Piece], batch_index: int, encoder_ms: float) -> TokenEvent:
+    def _event(self, step: BatchStep, batch: List[Piece], batch_index: int, encoder_ms: float,
+               encoded_seconds: float) -> TokenEvent:
         """The TokenEvent of a batch step: the transcript so far (the batches before, then
         each piece of this one as far as it has got), the cache of all its rows."""
         tokenizer, stats = self.tokenizer, self.stats
@@ -231,7 +244,8 @@ class BatchedTranscription:
             window_start=batch[0].start / SAMPLE_RATE, window_end=batch[-1].end / SAMPLE_RATE,
             audio_seconds=len(self.audio) / SAMPLE_RATE, n_windows=self.n_batches,
             prefill_tokens=step.prefill_tokens, window_encoder_ms=encoder_ms,
-            encoder_dtype=stats.encoder_dtype, batch_rows=step.rows, batch_pieces=len(batch))
+            encoder_dtype=stats.encoder_dtype, batch_rows=step.rows, batch_pieces=len(batch),
+            batch_encoded_seconds=encoded_seconds)
         self.step += 1
         return event
 

@@ -198,6 +198,9 @@ class TokenEvent:
     # cache numbers are then of all the rows: self K/V per row, one audio's cross K/V per row.
     batch_rows: int = 0
     batch_pieces: int = 0
+    # A batch of skipped stretches is encoded over its longest stretch's audio (plus the
+    # margin), not 30 s (batched.batch_features): those seconds; 0 for a full window.
+    batch_encoded_seconds: float = 0.0
 
 
 @dataclass

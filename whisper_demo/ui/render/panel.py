@@ -198,9 +198,11 @@ def _self_tile(shown: _Shown, model, elem: int) -> List[str]:
 
 def _encoded_positions(event: TokenEvent, dims) -> int:
     """Audio positions (20 ms each) the cross-attention K/V hold when the window was encoded
-    without its padding (DecodeOptions.encode_audio_only, the Live tab's streamed pass:
-    its audio plus encoder.MARGIN_SECONDS, in whole seconds); the full window otherwise."""
-    audio_frames = round((event.window_end - event.window_start) * FRAMES_PER_SECOND)
+    without its padding (DecodeOptions.encode_audio_only, the Live tab's streamed pass; a
+    batch of skipped stretches: its longest): its audio plus encoder.MARGIN_SECONDS, in
+    whole seconds; the full window otherwise."""
+    audio_seconds = event.batch_encoded_seconds or event.window_end - event.window_start
+    audio_frames = round(audio_seconds * FRAMES_PER_SECOND)
     mel_frames = encoder_frames(max(0, audio_frames), audio_only=True)
     return min(dims.n_audio_ctx, mel_frames * dims.n_audio_ctx // N_FRAMES)
 
