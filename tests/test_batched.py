@@ -55,22 +55,17 @@ def _cut(regions, max_length, **kwargs):
 
 def test_regions_merge_greedily_up_to_the_limit():
     regions = [(0, 5), (6, 10), (12, 20), (21, 29), (40, 45)]
-    assert _cut(regions, 30) == [(0, 20), (21, 45)]
+    assert _cut(regions, 30) == [(0, 29), (40, 45)]
     assert _cut(regions, 100) == [(0, 45)]
     assert _cut([], 30) == []
 
 
-def test_a_full_piece_ends_in_the_longest_pause_of_its_second_half():
-    # pauses inside the first 30: 1 (at 10), 5 (at 20), 1 (at 26); the next region does not fit
+def test_a_full_piece_ends_in_the_pause_before_the_first_region_that_does_not_fit():
+    # pauses inside the first 30: 1 (at 10), 5 (at 20), 1 (at 26); (31, 40) does not fit
     regions = [(0, 10), (11, 20), (25, 26), (27, 29), (31, 40)]
-    assert _cut(regions, 30) == [(0, 20), (25, 40)]
-    # the longest pause in the first half (8, at 2) is not taken: the piece would be short
-    regions = [(0, 2), (10, 20), (21, 28), (29, 35)]
-    assert _cut(regions, 30) == [(0, 20), (21, 35)]
-    # cut_from: only pauses after that fraction of the piece are candidates
-    regions = [(0, 10), (15, 26), (27, 29), (31, 40)]  # pauses 5 (at 10) and 1 (at 26)
-    assert _cut(regions, 30) == [(0, 26), (27, 40)]  # 5 at 10 is in the first half
-    assert _cut(regions, 30, cut_from=0.3) == [(0, 10), (15, 40)]
+    assert _cut(regions, 30) == [(0, 29), (31, 40)]  # not at the longer pause at 20
+    # a region that ends exactly at the limit fits
+    assert _cut([(0, 10), (12, 30), (31, 35)], 30) == [(0, 30), (31, 35)]
 
 
 def test_a_region_longer_than_the_limit_is_cut_into_parts():
@@ -243,7 +238,7 @@ def _alone_and_batched(model, audio, options, spans):
 def test_each_piece_in_a_batch_decodes_as_it_does_alone(tiny_model, speech, timestamps):
     options = DecodeOptions(batch_size=8, timestamps=timestamps, language="en")
     # short pieces: a full batch of 8 from this audio, ending at different steps
-    spans = pieces.audio_pieces(speech, max_seconds=10)[:8]
+    spans = pieces.audio_pieces(speech, max_seconds=8)[:8]
     assert len(spans) == 8
     batched, alone, rows = _alone_and_batched(tiny_model, speech, options, spans)
     assert rows[0] == 8 and rows[-1] < 8  # rows left the batch as their pieces ended
@@ -260,7 +255,7 @@ def test_in_int8_a_full_batch_decodes_each_piece_as_alone(tiny_model, speech):
     """int8 projects with int8 weights and float32 activations, row by row in the packed
     kernels (runner.py): a row's logits do not depend on the rows beside it, as in exact."""
     options = DecodeOptions(batch_size=8, precision="int8", language="en")
-    spans = pieces.audio_pieces(speech, max_seconds=10)[:8]
+    spans = pieces.audio_pieces(speech, max_seconds=8)[:8]
     batched, alone, _ = _alone_and_batched(tiny_model, speech, options, spans)
     assert len(batched) == len(spans) > 2
     for b, a in zip(batched, alone):
