@@ -206,3 +206,14 @@ def test_a_step_not_measured_fails_its_target():
     assert set(steps) == {"exact", "fast"}
     verdicts = [e2e.judge_step(m) for m in steps.values()]
     assert all(not v.met and v.text.endswith("not measured") for v in verdicts)
+
+
+def test_the_cpu_is_named_with_the_vector_units_its_speed_turns_on():
+    from whisper_demo.bench.machine import describe
+
+    zen3 = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu sse avx avx2 fma\n\nprocessor\t: 1\n"
+    assert describe(zen3) == "AMD EPYC 7B13, AVX2"
+    xeon = "model name\t: Intel(R) Xeon(R)  Platinum 8481C CPU\nflags\t: avx2 avx512f avx512_bf16 amx_bf16\n"
+    assert describe(xeon) == "Intel(R) Xeon(R) Platinum 8481C CPU, AMX"  # the best unit, spaces folded
+    assert describe("model name\t: AMD EPYC\nflags\t: avx2 avx512f avx512_bf16\n") == "AMD EPYC, AVX-512 BF16"
+    assert describe("flags\t: sse2\n") == "" and describe("") == ""

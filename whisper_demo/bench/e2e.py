@@ -41,6 +41,7 @@ import argparse
 import json
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -50,6 +51,7 @@ import numpy as np
 from ..audio import SAMPLE_RATE
 from .data import add_eval_dir_argument, manifest
 from .e2e_systems import SYSTEMS, Output, System, make_systems
+from .machine import describe as describe_cpu
 
 PAUSE_SECONDS = 0.5
 DRAWS = 2000
@@ -369,7 +371,7 @@ def save(path: str, args, measures: Dict[Tuple[str, str], Measure], verdicts: Li
          runs: Dict[Tuple[str, str], List[Run]], missing: Dict[str, str],
          steps: Optional[Dict[str, StepMeasure]] = None) -> None:
     data = {
-        "model": args.model, "threads": args.threads, "repeats": args.repeats,
+        "model": args.model, "threads": args.threads, "repeats": args.repeats, "cpu": describe_cpu(),
         "measures": [{**{k: v for k, v in asdict(m).items() if k not in ("edits", "counts", "texts")},
                       "rtf": m.rtf, "texts": list(m.texts)} for m in measures.values()],
         "seconds": {f"{s} | {i}": [r.seconds for r in rs] for (s, i), rs in runs.items()},
@@ -413,7 +415,8 @@ def main(argv=None) -> int:
     recordings = load_recordings(Path(args.eval_dir), args.limit)
     long = join_recordings(recordings, args.long_minutes * 60)
     recordings = recordings[: len(long.recordings)]  # separate: the very recordings of the long file
-    print(f"{args.model}, {args.threads} threads, {args.repeats} repeat(s); long file {long.seconds:.1f} s "
+    cpu = describe_cpu() or "this CPU"
+    print(f"{args.model}, {args.threads} threads on {cpu}, {args.repeats} repeat(s); long file {long.seconds:.1f} s "
           f"({len(long.recordings)} recordings joined with {PAUSE_SECONDS:g} s pauses); separate: "
           f"{len(recordings)} recordings, {sum(r.seconds for r in recordings):.1f} s", flush=True)
     systems, missing = make_systems(args.systems, args.model, args.threads)
@@ -436,7 +439,7 @@ def main(argv=None) -> int:
     verdicts = [judge(t, measures) for t in TARGETS] + [judge_step(m) for m in steps.values()]
     print("\ntargets:\n" + "\n".join("  " + v.text for v in verdicts))
     if args.chart:
-        chart(args.chart, measures, f"Whole files, {args.model}, {args.threads} threads")
+        chart(args.chart, measures, f"Whole files, {args.model}, {args.threads} threads on {cpu}, {date.today()}")
         print(f"chart: {args.chart}")
     if args.save:
         save(args.save, args, measures, verdicts, runs, missing, steps)
