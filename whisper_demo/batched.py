@@ -107,6 +107,11 @@ def piece_features(model: Whisper, audio: np.ndarray, piece: Piece, precision: s
     return encode(model, piece_mel(model, audio, piece), precision)
 
 
+def longest_audio_frames(batch: List[Piece]) -> int:
+    """Mel frames of audio in the batch's longest piece."""
+    return max(p.length for p in batch) // HOP_LENGTH
+
+
 def batch_features(model: Whisper, audio: np.ndarray, batch: List[Piece], precision: str,
                    audio_only: bool = False) -> List[torch.Tensor]:
     """The encoder outputs of a batch's pieces, from one encoder call over all of them:
@@ -117,7 +122,7 @@ def batch_features(model: Whisper, audio: np.ndarray, batch: List[Piece], precis
     audio_only: each piece is encoded over the batch's longest audio and encoder.py's
     margin, not 30 s (whisper.cpp's audio_ctx, as the live streamed pass encodes): for the
     skipped stretches, a few seconds each, whose 30 s windows cost as much as full pieces."""
-    frames = encoder_frames(max(p.length for p in batch) // HOP_LENGTH, audio_only)
+    frames = encoder_frames(longest_audio_frames(batch), audio_only)
     features = encode(model, torch.cat([piece_mel(model, audio, p, frames) for p in batch]), precision)
     return [features[i:i + 1] for i in range(len(batch))]
 
@@ -198,7 +203,7 @@ class BatchedTranscription:
         stretches = batch[0] in self.unheard
         features = batch_features(self.model, self.audio, batch, self.options.precision, audio_only=stretches)
         encoder_ms = (time.perf_counter() - started) * 1000
-        encoded_seconds = max(p.length for p in batch) // HOP_LENGTH / FRAMES_PER_SECOND if stretches else 0.0
+        encoded_seconds = longest_audio_frames(batch) / FRAMES_PER_SECOND if stretches else 0.0
         self.stats.encoder_ms += encoder_ms
         self.stats.encoder_dtype = encoder_dtype(self.model, self.options.precision)
         if self.tokenizer is None:

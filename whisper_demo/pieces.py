@@ -7,14 +7,14 @@ of them can share each decoder step. Where to cut comes from Silero VAD (live/va
 its per-frame voice decisions become speech regions (speech_regions), and the regions are
 merged greedily into pieces up to the limit (cut_pieces): a piece ends in the pause before
 the first region that does not fit, as faster-whisper's batched pipeline merges its
-chunks, so it is full and ends on a pause. A pause over 0.6 s inside
-a piece is shortened to 0.6 s (a Piece plays several spans of the file): Whisper encodes
-30 s whatever it is given, and seconds of silence cost like speech. Silence between pieces
-is never decoded: no words are invented there.
+chunks, so it is full and ends on a pause. A pause over 0.6 s inside a piece is shortened
+to 0.6 s (a Piece plays several spans of the file): Whisper encodes 30 s whatever it is
+given, and seconds of silence cost like speech. Silence between pieces is never decoded:
+no words are invented there.
 
 A decode can also skip speech it was given: with timestamp tokens Whisper sometimes closes a
 segment and opens the next one seconds later, and the sentence between is never written
-(on the 10-minute file of `bench e2e`, 3-12 such stretches in 21-24 pieces), or writes a
+(on the 10-minute file of `bench e2e`, 5-12 such stretches in 19-22 pieces), or writes a
 few words timed over seconds of speech (too_few_tokens). unheard_speech finds the speech
 that no segment covers, so that it is decoded on its own (batched.py).
 
@@ -159,10 +159,10 @@ def cut_pieces(regions: Sequence[Span], max_length: int, max_pause: Optional[int
     (Ending a full piece at the longest pause of its last fifth instead, to end on a
     sentence, was tried: over twelve orders of the e2e file 9 % more pieces and no fewer
     errors, 1,295 / 1,308 against 1,328 / 1,258 in exact / int8; docs/benchmarks.md,
-    "Full pieces".) With `max_pause`, a pause longer than
-    that inside a piece is shortened to it (half kept after the speech before it, half
-    before the speech after it) and the piece's length counts the shortened pause. A region longer than `max_length` by itself is cut into
-    parts of `max_length` (no pause to cut at).
+    "Full pieces".) With `max_pause`, a pause longer than that inside a piece is
+    shortened to it (half kept after the speech before it, half before the speech after
+    it) and the piece's length counts the shortened pause. A region longer than
+    `max_length` by itself is cut into parts of `max_length` (no pause to cut at).
     """
     regions = [part for r in regions for part in _split_long(r, max_length)]
     pieces: List[Piece] = []
