@@ -214,6 +214,26 @@ def test_clipped_float_input_is_clipped_to_unit_range():
     np.testing.assert_array_equal(x, [1.0, -1.0, 0.5, 1.0, -1.0])
 
 
+def test_clipping_never_changes_the_callers_array():
+    # a file's samples are clipped in place (they are ours); an array handed in is not
+    given = np.array([1.5, -3.0, 0.5], dtype=np.float32)
+    for source in (given, (SAMPLE_RATE, given), (SAMPLE_RATE, given[:, None])):
+        assert load_audio(source).tolist() == [1.0, -1.0, 0.5]
+        assert given.tolist() == [1.5, -3.0, 0.5]
+
+
+def test_a_float_file_beyond_full_scale_is_clipped(tmp_path):
+    path = tmp_path / "loud.wav"
+    sf.write(str(path), np.array([0.25, 2.0, -4.0] * 100, np.float32), SAMPLE_RATE, subtype="FLOAT")
+    assert load_audio(path)[:3].tolist() == [0.25, 1.0, -1.0]
+
+
+def test_the_largest_float32_samples_are_valid_not_infinite():
+    # the finiteness check sums the samples in float64: float32's extremes must not overflow it
+    huge = np.full(100_000, np.finfo(np.float32).max, np.float32)
+    assert (load_audio(huge) == 1.0).all()
+
+
 def test_full_scale_square_wave_stays_in_range_after_resampling():
     # Band-limiting a square wave overshoots (Gibbs); the output must still be in [-1, 1].
     square = np.where(sine(500, 48000) >= 0, 32767, -32768).astype(np.int16)

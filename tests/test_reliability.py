@@ -520,11 +520,13 @@ def test_one_hour_file_decodes_window_by_window(tiny_model, clip, hour_file, mon
     print(f"encoder runs: {len(encoded)}")
     assert len(encoded) <= 2 * len(CLIPS_AT), f"the encoder ran on {len(encoded)} windows"
     # Memory. Counted from before the file is read: the 1 h input itself is 230 MB of
-    # float32 (plus soundfile's read buffer while loading); the file's log-mel before its
-    # floor is 115 MB (windowing.LogMel, computed a window at a time); per-window state
-    # (encoder output, caches) is tens of MB. openai-whisper's log-mel of the whole file at
-    # once peaks at +1.8 GiB for this hour, so 700 MiB allows noise and still fails if the
-    # STFT of the whole file is held again.
+    # float32 (read once and clipped in place); the file's log-mel before its floor is
+    # 115 MB (windowing.LogMel, computed a window at a time into one tensor); per-window
+    # state (encoder output, caches) is tens of MB: about +500 MiB here on 2 cores (it was
+    # +570 to +730 while the samples were copied to clip them and the log-mel's chunks were
+    # joined at the end). openai-whisper's log-mel of the whole file at once peaks at
+    # +1.8 GiB for this hour, so 700 MiB allows the allocator's noise and still fails if
+    # the STFT of the whole file is held again.
     assert peak_growth < 700 * 2**20, f"peak RSS grew by {peak_growth / 2**20:.0f} MiB"
 
 

@@ -228,7 +228,7 @@ def _load_with_soundfile(path: Path, max_seconds: float | None, name: str) -> np
     data, sample_rate = sf.read(str(path), dtype="float32", always_2d=True)
     if len(data) == 0:
         raise AudioError(f"{name} contains no audio samples")
-    return _convert(sample_rate, data, max_seconds, what=name)
+    return _convert(sample_rate, data, max_seconds, what=name, owned=True)
 
 
 def _load_with_ffmpeg(path: Path, max_seconds: float | None, name: str, soundfile_error: str,
@@ -320,27 +320,35 @@ def _unpack_tuple(source: tuple) -> tuple[int, np.ndarray]:
 
 
 def _convert(sample_rate, array: np.ndarray, max_seconds: float | None, what: str,
-             resample: bool = True) -> np.ndarray:
+             resample: bool = True, owned: bool = False) -> np.ndarray:
     """Validate, scale to float, downmix, resample (unless told not to), clip. The one
-    shared path."""
+    shared path. `owned`: `array` is ours to change (a file just read), so it is clipped
+    in place: an hour of audio is 230 MB of float32, and a copy of it doubled the peak."""
     sample_rate = _check_sample_rate(sample_rate, what)
     samples = _to_float(array, what)
     samples = _downmix(samples, what)
     if samples.size == 0:
         raise AudioError(f"{what} is empty (0 samples)")
-    if not np.isfinite(samples).all():
+    # a float64 sum is finite exactly when every sample is (float32's largest value times
+    # any length of audio stays far below float64's), and needs no mask the audio's size
+    if not np.isfinite(samples.sum(dtype=np.float64)):
         bad = int(np.count_nonzero(~np.isfinite(samples)))
         raise AudioError(f"{what} contains {bad} invalid samples (NaN or infinity)")
     _check_length(samples.size / sample_rate, max_seconds, what)
     if resample and sample_rate != SAMPLE_RATE:
         samples = soxr.resample(samples, sample_rate, SAMPLE_RATE, quality="HQ")
-    return _clipped(samples)
+    # a caller's own array is never changed: only a copy made here, or one we were given
+    fresh = owned or not np.may_share_memory(samples, array)
+    return _clipped(samples, in_place=fresh)
 
 
-def _clipped(samples: np.ndarray) -> np.ndarray:
+def _clipped(samples: np.ndarray, in_place: bool = False) -> np.ndarray:
     # Clipped input (and the resampler's small overshoot next to it) may
     # leave [-1, 1]; Whisper expects that range.
-    return np.ascontiguousarray(np.clip(samples, -1.0, 1.0), dtype=np.float32)
+    samples = np.ascontiguousarray(samples, dtype=np.float32)
+    if in_place and samples.flags.writeable:
+        return np.clip(samples, -1.0, 1.0, out=samples)
+    return np.clip(samples, -1.0, 1.0)
 
 
 def _to_float(array: np.ndarray, what: str) -> np.ndarray:

@@ -37,15 +37,16 @@ class LogMel:
         frames = self.content_frames + N_FFT // HOP_LENGTH + 1
         window = torch.hann_window(N_FFT)
         filters = mel_filters("cpu", n_mels)
-        parts = []
         with torch.inference_mode():
+            # filled in place: a list of chunks joined at the end held the hour's log-mel twice
+            self._log_spec = torch.empty(n_mels, frames)
             for first in range(0, frames, chunk_frames):
                 last = min(frames, first + chunk_frames)
                 piece = _padded_signal(audio, first * HOP_LENGTH, (last - 1) * HOP_LENGTH + N_FFT)
                 stft = torch.stft(torch.from_numpy(piece), N_FFT, HOP_LENGTH, window=window,
                                   center=False, return_complex=True)
-                parts.append(torch.clamp(filters @ (stft.abs() ** 2), min=1e-10).log10())
-            self._log_spec = torch.cat(parts, dim=1)
+                power = filters @ (stft.abs() ** 2)
+                torch.log10(torch.clamp(power, min=1e-10), out=self._log_spec[:, first:last])
             self._floor = self._log_spec.max() - 8.0
 
     def window(self, seek: int, segment_size: int, frames: int = N_FRAMES) -> torch.Tensor:
