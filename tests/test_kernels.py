@@ -45,16 +45,34 @@ def test_float16_packing_refuses_weights_it_would_change():
         kernels.PackedLinear(torch.full((64, 64), 0.1), None, "f16")
 
 
-def test_int8_matmul_is_close_and_row_independent():
+# 1-8 rows: a step (greedy, beams, a batch); more: a prompt's prefill or a draft. Past a
+# register tile's rows (3 on AVX2, 8 on AVX-512) the panel is widened once and read by tiles.
+@pytest.mark.parametrize("rows", [1, 3, 4, 5, 8, 11, 200])
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_int8_matmul_is_close_and_row_independent(rows, activation):
     if not kernels.available():
         return
     torch.manual_seed(0)
-    weight, x = torch.randn(500, 384), torch.randn(5, 384)
-    packed = kernels.PackedLinear(weight, None, "i8")
+    weight, bias, x = torch.randn(500, 1536), torch.randn(500), torch.randn(rows, 1536)
+    packed = kernels.PackedLinear(weight, bias, "i8", activation)
     out = packed(x)
-    reference = x @ weight.T
+    reference = F.linear(x, weight, bias)
+    if activation == "gelu":
+        reference = F.gelu(reference)
     assert (out - reference).abs().max() < 0.02 * reference.abs().max()
-    assert torch.equal(torch.cat([packed(x[i : i + 1]) for i in range(5)]), out)
+    # each row the same numbers alone as in any batch, bit for bit: batched pieces decode
+    # as alone, and a draft's forward as the steps it stands for
+    assert torch.equal(torch.cat([packed(x[i : i + 1]) for i in range(rows)]), out)
+    assert torch.equal(torch.cat([packed(x[i : i + 3]) for i in range(0, rows, 3)]), out)
+
+
+@pytest.mark.parametrize("kind", ["f16", "i8"])
+def test_a_matmul_of_no_rows_gives_no_rows(kind):
+    if not kernels.available():
+        return
+    # word timing asks the vocabulary projection for the logits of no position
+    packed = kernels.PackedLinear(torch.randn(100, 64).half().float(), None, kind)
+    assert packed(torch.empty(1, 0, 64)).shape == (1, 0, 100)
 
 
 @pytest.mark.parametrize("rows", [1, 5])

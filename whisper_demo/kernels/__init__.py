@@ -147,8 +147,10 @@ class PackedLinear:
         self._scale_ptr = None if self.scale is None else self.scale.data_ptr()
         self._bias_ptr = None if self.bias is None else self.bias.data_ptr()
 
-    def _threads(self) -> int:
-        return self.threads or threads_for(self.packed.nbytes)
+    def _threads(self, rows: int = 1) -> int:
+        # the work is the weights once per row: a prompt's 200 rows through a small matrix
+        # are worth the helpers that one row through it is not
+        return self.threads or threads_for(self.packed.nbytes * rows)
 
     @property
     def nbytes(self) -> int:
@@ -167,7 +169,7 @@ class PackedLinear:
         rows = x.numel() // n_in
         out = torch.empty(*x.shape[:-1], self.n_out, dtype=torch.float32)
         self._fn(x.data_ptr(), rows, n_in, self._packed_ptr, n_in, self.n_out, self._scale_ptr,
-                 self._bias_ptr, out.data_ptr(), self.n_out, self.activation, self._threads())
+                 self._bias_ptr, out.data_ptr(), self.n_out, self.activation, self._threads(rows))
         return out
 
 def cross_key_layout(k: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:

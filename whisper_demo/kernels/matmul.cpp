@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <immintrin.h>
+#include <type_traits>
 #include <vector>
 
 #include "team.h"
@@ -65,8 +66,16 @@ static inline void panel(const float* __restrict x, long ldx, const T* __restric
     for (long k = 0; k < K; k++) {
         const T* __restrict wk = w + k * ldw;
         __builtin_prefetch(wk + PREFETCH * ldw);
-        float wf[NB];
-        widen(wk, wf);
+        // float32 lines are read where they lie: copied to the stack first (as the narrow
+        // types are widened there), the compiler vectorized this loop 4x worse
+        float widened[NB];
+        const float* __restrict wf;
+        if constexpr (std::is_same<T, float>::value) {
+            wf = wk;
+        } else {
+            widen(wk, widened);
+            wf = widened;
+        }
         for (int m = 0; m < M; m++) {
             const float xv = x[m * ldx + k];
             for (int j = 0; j < NB; j++) a[m][j] += xv * wf[j];
@@ -78,67 +87,103 @@ static inline void panel(const float* __restrict x, long ldx, const T* __restric
 // torch.nn.functional.gelu (the erf form), for the MLP's hidden layer
 static inline float gelu(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); }
 
+// Rows multiplied together against a panel line. A step's rows (1-8: greedy, beams, a batch of
+// pieces) go in one pass, the panel streamed from memory once, whatever registers they take.
+// More rows (a prompt's prefill, ~200 rows, or a draft) are tiles of ROW_TILE rows against the
+// panel widened to float32 once: M rows x NB columns of float32 accumulators must fit the
+// vector registers, or the compiler keeps them on the stack and every multiply-add loads and
+// stores them. AVX-512's 32 registers of 16 floats hold 8 rows (16 accumulators); AVX2's 16
+// registers of 8 floats hold 3 (12 accumulators). In tiles of 8 on AVX2 a 200-row prefill
+// took 1.6-3.9x MKL's float32 matmul, the first step of each window of a long file three
+// times exact's.
+#define STEP_ROWS 8
+#if defined(__AVX512F__)
+#define ROW_TILE 8
+#else
+#define ROW_TILE 3
+#endif
+
+template <typename T>
+static void tile(int rows, const float* x, long ldx, const T* w, long K, float* acc) {
+    switch (rows) {
+        case 1: panel<T, 1>(x, ldx, w, K, acc); break;
+        case 2: panel<T, 2>(x, ldx, w, K, acc); break;
+        case 3: panel<T, 3>(x, ldx, w, K, acc); break;
+        case 4: panel<T, 4>(x, ldx, w, K, acc); break;
+        case 5: panel<T, 5>(x, ldx, w, K, acc); break;
+        case 6: panel<T, 6>(x, ldx, w, K, acc); break;
+        case 7: panel<T, 7>(x, ldx, w, K, acc); break;
+        default: panel<T, 8>(x, ldx, w, K, acc); break;
+    }
+}
+
 // A call's arguments, and one work item of it: a group of panels (team.h).
-template <typename T, int M>
+template <typename T>
 struct Rows {
-    const float* x; long ldx; const T* w; long K, N; const float* scale; const float* bias;
+    const float* x; long M, ldx; const T* w; long K, N; const float* scale; const float* bias;
     float* out; long ldo; int act; long group;
+
+    // The rows m0..m0+rows-1 of panel p, from their accumulators: scale, bias, activation.
+    void write(long p, long m0, int rows, const float* acc) const {
+        const long n0 = p * NB, nn = (N - n0) < NB ? (N - n0) : NB;
+        for (int m = 0; m < rows; m++) {
+            float* o = out + (m0 + m) * ldo + n0;
+            const float* a = acc + m * NB;
+            for (long j = 0; j < nn; j++) {
+                float v = a[j];
+                if (scale) v *= scale[n0 + j];
+                if (bias) v += bias[n0 + j];
+                o[j] = act ? gelu(v) : v;
+            }
+        }
+    }
 
     static void item(void* context, long g) {
         const Rows& c = *static_cast<const Rows*>(context);
         const long panels = (c.N + NB - 1) / NB;
+        float acc[STEP_ROWS * NB];
         for (long p = g * c.group; p < (g + 1) * c.group && p < panels; p++) {
-            float acc[M * NB];
-            panel<T, M>(c.x, c.ldx, c.w + p * c.K * NB, c.K, acc);
-            const long n0 = p * NB, nn = (c.N - n0) < NB ? (c.N - n0) : NB;
-            for (int m = 0; m < M; m++) {
-                float* o = c.out + m * c.ldo + n0;
-                const float* a = acc + m * NB;
-                for (long j = 0; j < nn; j++) {
-                    float v = a[j];
-                    if (c.scale) v *= c.scale[n0 + j];
-                    if (c.bias) v += c.bias[n0 + j];
-                    o[j] = c.act ? gelu(v) : v;
-                }
+            const T* wp = c.w + p * c.K * NB;
+            if (c.M <= STEP_ROWS) {  // a step: the panel streamed from memory once, as it is
+                tile<T>((int)c.M, c.x, c.ldx, wp, c.K, acc);
+                c.write(p, 0, (int)c.M, acc);
+                continue;
+            }
+            // A prompt or a draft: the panel widened to float32 once, then each tile of rows
+            // reads it from the cache. The same float32 weights and the same sums in the same
+            // order: a row's numbers do not depend on the tiling.
+            thread_local std::vector<float> widened;  // per thread: the team's threads share panels
+            if (widened.size() < (size_t)c.K * NB) widened.resize((size_t)c.K * NB);
+            float* __restrict buffer = widened.data();  // the thread-local looked up once
+            for (long k = 0; k < c.K; k++) widen(wp + k * NB, buffer + k * NB);
+            for (long m0 = 0; m0 < c.M; m0 += ROW_TILE) {
+                const int rows = (c.M - m0) < ROW_TILE ? (int)(c.M - m0) : ROW_TILE;
+                tile<float>(rows, c.x + m0 * c.ldx, c.ldx, buffer, c.K, acc);
+                c.write(p, m0, rows, acc);
             }
         }
     }
 };
 
 // Panels per work item: ~64 KB of weights, enough work to be worth a claim (an atomic
-// shared by the threads) and small enough that a late helper still gets a share.
+// shared by the threads) and small enough that a late helper still gets a share. A step
+// streams its weights (the claims per panel measured slower for 5 rows); a prompt's tiles
+// are work enough in one panel.
 template <typename T>
-static long panel_group(long K) {
+static long panel_group(long K, long M) {
     const long bytes = K * NB * (long)sizeof(T);
-    return bytes >= 65536 ? 1 : 65536 / bytes;
+    return (M > STEP_ROWS || bytes >= 65536) ? 1 : 65536 / bytes;
 }
 
-template <typename T, int M>
-static void rows(const float* x, long ldx, const T* w, long K, long N, const float* scale,
-                 const float* bias, float* out, long ldo, int act, int threads) {
-    Rows<T, M> call{x, ldx, w, K, N, scale, bias, out, ldo, act, panel_group<T>(K)};
-    const long panels = (N + NB - 1) / NB;
-    team::run((panels + call.group - 1) / call.group, &Rows<T, M>::item, &call, threads);
-}
-
+// Every row against each panel while the panel is in the cache: the weights are read from
+// memory once per call, however many rows.
 template <typename T>
 static void matmul(const float* x, long M, long ldx, const T* w, long K, long N, const float* scale,
                    const float* bias, float* out, long ldo, int act, int threads) {
-    for (long m0 = 0; m0 < M; m0 += 8) {
-        const long mm = (M - m0) < 8 ? (M - m0) : 8;
-        const float* xs = x + m0 * ldx;
-        float* os = out + m0 * ldo;
-        switch (mm) {
-            case 1: rows<T, 1>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
-            case 2: rows<T, 2>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
-            case 3: rows<T, 3>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
-            case 4: rows<T, 4>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
-            case 5: rows<T, 5>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
-            case 6: rows<T, 6>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
-            case 7: rows<T, 7>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
-            default: rows<T, 8>(xs, ldx, w, K, N, scale, bias, os, ldo, act, threads); break;
-        }
-    }
+    if (M <= 0) return;  // no rows (word timing asks for the logits of no position): nothing to read
+    Rows<T> call{x, M, ldx, w, K, N, scale, bias, out, ldo, act, panel_group<T>(K, M)};
+    const long panels = (N + NB - 1) / NB;
+    team::run((panels + call.group - 1) / call.group, &Rows<T>::item, &call, threads);
 }
 
 extern "C" {
