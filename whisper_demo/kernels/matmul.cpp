@@ -1,4 +1,5 @@
-// Small-batch matmul with compact weights, for decoder steps (1-8 rows against a matrix).
+// Matmul with compact weights, for decoder steps (1-8 rows against a matrix) and the forwards
+// of a prompt or a draft (tens to hundreds of rows) in the fast mode.
 //
 //   out[m, n] = scale[n] * sum_k x[m, k] * W[k, n] + bias[n]      (scale, bias optional)
 //
@@ -94,8 +95,7 @@ static inline float gelu(float v) { return 0.5f * v * (1.0f + erff(v * 0.7071067
 // vector registers, or the compiler keeps them on the stack and every multiply-add loads and
 // stores them. AVX-512's 32 registers of 16 floats hold 8 rows (16 accumulators); AVX2's 16
 // registers of 8 floats hold 3 (12 accumulators). In tiles of 8 on AVX2 a 200-row prefill
-// took 1.6-3.9x MKL's float32 matmul, the first step of each window of a long file three
-// times exact's.
+// took 1.6-3.9x MKL's float32 matmul (docs/benchmarks.md, "A prompt's prefill in register tiles").
 #define STEP_ROWS 8
 #if defined(__AVX512F__)
 #define ROW_TILE 8
