@@ -6,10 +6,8 @@ import numpy as np
 import pytest
 
 from whisper_demo.bench import e2e
-from whisper_demo.bench.e2e import (
-    Item, Measure, Target, describe_target, difference_interval, join_recordings, judge, piece_edits,
-    table, wer_interval,
-)
+from whisper_demo.bench.e2e import Item, Measure, Target, describe_target, join_recordings, judge, table
+from whisper_demo.bench.scoring import difference_interval, piece_edits, wer_interval
 
 RATE = e2e.SAMPLE_RATE
 

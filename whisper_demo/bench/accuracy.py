@@ -36,6 +36,7 @@ from ..examples import clip_path, reference_transcripts
 from ..text import word_edits, words
 from .cli import bench_parser
 from .data import add_eval_dir_argument, manifest
+from .scoring import difference_interval
 
 MODES = ("exact", "fast", "fast-float32-encoder")
 BOOTSTRAP_DRAWS = 4000
@@ -119,11 +120,7 @@ def compare(by_mode: Dict[str, List[Transcript]], a: str, b: str, groups: Sequen
     edits_b = np.array([y.edits for _, y in pairs])
     ref_words = np.array([x.reference_words for x, _ in pairs])
     total = max(1, ref_words.sum())
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(pairs), size=(draws, len(pairs)))
-    # each draw's WER difference: its recordings' edits over its recordings' words
-    drawn = (edits_b[picks].sum(1) - edits_a[picks].sum(1)) / np.maximum(1, ref_words[picks].sum(1)) * 100
-    low, high = np.percentile(drawn, [2.5, 97.5])
+    low, high = (100 * x for x in difference_interval(edits_b, edits_a, ref_words, draws, seed))
     differ = [word_edits(y.text, x.text) for x, y in pairs]
     return Comparison(a, b, len(pairs), int(ref_words.sum()), edits_a.sum() / total, edits_b.sum() / total,
                       float((edits_b.sum() - edits_a.sum()) / total * 100), (float(low), float(high)),

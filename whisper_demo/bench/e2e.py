@@ -45,16 +45,15 @@ from datetime import date
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-import jiwer
 import numpy as np
 
 from ..audio import SAMPLE_RATE
 from .data import add_eval_dir_argument, manifest
 from .e2e_systems import SYSTEMS, Output, System, make_systems
 from .machine import describe as describe_cpu
+from .scoring import difference_interval, piece_edits, wer_interval
 
 PAUSE_SECONDS = 0.5
-DRAWS = 2000
 WARM_UP_SECONDS = 5.0
 STEP_MAX_RATIO = 1.2  # a step inside transcribe against the step benchmark's
 STEP_SYSTEMS = ("exact", "fast")
@@ -104,55 +103,6 @@ def join_recordings(recordings: Sequence[Item], min_seconds: float,
         ids += list(recording.recordings)
         samples += len(recording.audio) + len(pause)
     return Item(name, np.concatenate(parts), tuple(references), tuple(ids))
-
-
-# --- scoring --------------------------------------------------------------------------------
-
-def piece_edits(hypothesis: str, references: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
-    """Word edits and reference words per reference piece: the hypothesis aligned (jiwer)
-    against the joined references, each edit charged to the piece its reference word came
-    from (an insertion to the piece of the word before it, the first piece at the start)."""
-    from ..text import words
-
-    piece_words = [words(r) for r in references]
-    counts = np.array([len(w) for w in piece_words])
-    owner = [i for i, w in enumerate(piece_words) for _ in w]
-    hypothesis_words = words(hypothesis)
-    edits = np.zeros(len(references), dtype=int)
-    if not hypothesis_words:  # every reference word deleted
-        return counts.copy(), counts
-    if not owner:  # no reference words: every hypothesis word inserted
-        edits[0] = len(hypothesis_words)
-        return edits, counts
-    aligned = jiwer.process_words(" ".join(w for ws in piece_words for w in ws), " ".join(hypothesis_words))
-    for chunk in aligned.alignments[0]:
-        if chunk.type in ("substitute", "delete"):
-            for k in range(chunk.ref_start_idx, chunk.ref_end_idx):
-                edits[owner[k]] += 1
-        elif chunk.type == "insert":
-            edits[owner[max(0, chunk.ref_start_idx - 1)]] += chunk.hyp_end_idx - chunk.hyp_start_idx
-    return edits, counts
-
-
-def _draws(n: int, draws: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, n, size=(draws, n))
-
-
-def wer_interval(edits: np.ndarray, counts: np.ndarray, draws: int = DRAWS, seed: int = 0) -> Tuple[float, float]:
-    """95 % bootstrap interval of the WER: pieces drawn with replacement, seeded."""
-    picks = _draws(len(edits), draws, seed)
-    drawn = edits[picks].sum(1) / np.maximum(1, counts[picks].sum(1))
-    low, high = np.percentile(drawn, [2.5, 97.5])
-    return float(low), float(high)
-
-
-def difference_interval(edits_a: np.ndarray, edits_b: np.ndarray, counts: np.ndarray,
-                        draws: int = DRAWS, seed: int = 0) -> Tuple[float, float]:
-    """95 % paired bootstrap interval of WER(a) - WER(b) over the same pieces."""
-    picks = _draws(len(counts), draws, seed)
-    drawn = (edits_a[picks].sum(1) - edits_b[picks].sum(1)) / np.maximum(1, counts[picks].sum(1))
-    low, high = np.percentile(drawn, [2.5, 97.5])
-    return float(low), float(high)
 
 
 # --- measuring ------------------------------------------------------------------------------
