@@ -1,6 +1,7 @@
 """whisper_demo/kernels: the compact-weight matmuls and the attention kernel against
 PyTorch's, and the decoder without them (no compiler) giving the same tokens."""
 
+import math
 import os
 import shutil
 import subprocess
@@ -133,6 +134,27 @@ def test_gelu_is_fused_into_the_matmul(kind):
     plain = kernels.PackedLinear(weight, bias, kind)
     fused = kernels.PackedLinear(weight, bias, kind, activation="gelu")
     torch.testing.assert_close(fused(x), F.gelu(plain(x)), rtol=1e-6, atol=1e-6)
+
+
+def test_int8_gelu_is_the_erf_form_within_float32_rounding():
+    if not kernels.available():
+        return
+    # identity weights (int8 scale 1/127: x * 127 * (1/127)), so the output is gelu(x) alone,
+    # against the erf in double precision: the int8 path's rational erf (gelu_rational in
+    # matmul.cpp) and libm's in the float16 path, across the range and past the clamp at 4
+    x = torch.linspace(-10, 10, 96 * 1024).view(-1, 96)
+    exact = x.double() * 0.5 * (1 + torch.special.erf(x.double() / math.sqrt(2)))
+    for kind, bound in (("f16", 1e-6), ("i8", 2e-6)):
+        packed = kernels.PackedLinear(torch.eye(96), None, kind, activation="gelu")
+        if packed.scale is not None:
+            packed.scale.fill_(1 / 127)  # exactly what x * 127 undoes, to float32 rounding
+        error = (packed(x).double() - exact).abs()
+        # float32's own rounding of outputs up to 10 is ~5e-7
+        assert error.max() < bound, (kind, error.max().item())
+    # and it is gelu, not the identity or a tanh form: far from both where they differ
+    assert (packed(x) - x).abs().max() > 1
+    tanh_form = F.gelu(x, approximate="tanh").double()
+    assert (tanh_form - exact).abs().max() > 10 * bound
 
 
 @pytest.mark.parametrize("beams,length", [(1, 1), (1, 37), (5, 200)])

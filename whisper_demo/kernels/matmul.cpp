@@ -85,8 +85,33 @@ static inline void panel(const float* __restrict x, long ldx, const T* __restric
     std::memcpy(acc, a, sizeof(a));
 }
 
-// torch.nn.functional.gelu (the erf form), for the MLP's hidden layer
+// torch.nn.functional.gelu (the erf form), for the MLP's hidden layer, with libm's erff:
+// the exact mode's numbers (float16 weights, a step's few rows).
 static inline float gelu(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); }
+
+// The same gelu with erf as a rational function (Eigen's and XLA's fast erf: odd degree 13
+// over even degree 8 in x, exact to a few float32 ulps; 1.0 beyond |x| = 4): no libm call,
+// so a row of outputs vectorizes. libm's erff, one value at a time, was half of a prompt's
+// MLP matmul in the fast mode (docs/benchmarks.md); there the int8 weights are rounded by
+// up to 1 part in 254, beside which the erf's ~1e-7 is nothing.
+static inline float gelu_rational(float v) {
+    float x = v * 0.70710678118654752f;
+    x = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
+    const float x2 = x * x;
+    float p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
+    p = x2 * p + -2.10102402082508e-06f;
+    p = x2 * p + -5.69250639462346e-05f;
+    p = x2 * p + -7.34990630326855e-04f;
+    p = x2 * p + -2.95459980854025e-03f;
+    p = x2 * p + -1.60960333262415e-02f;
+    float q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
+    q = x2 * q + -1.68282697438203e-03f;
+    q = x2 * q + -7.37332916720468e-03f;
+    q = x2 * q + -1.42647390514189e-02f;
+    return 0.5f * v * (1.0f + x * p / q);
+}
+
+enum Activation { NONE = 0, GELU = 1, GELU_RATIONAL = 2 };
 
 // Rows multiplied together against a panel line. A step's rows (1-8: greedy, beams, a batch of
 // pieces) go in one pass, the panel streamed from memory once, whatever registers they take.
@@ -94,13 +119,14 @@ static inline float gelu(float v) { return 0.5f * v * (1.0f + erff(v * 0.7071067
 // panel widened to float32 once: M rows x NB columns of float32 accumulators must fit the
 // vector registers, or the compiler keeps them on the stack and every multiply-add loads and
 // stores them. AVX-512's 32 registers of 16 floats hold 8 rows (16 accumulators); AVX2's 16
-// registers of 8 floats hold 3 (12 accumulators). In tiles of 8 on AVX2 a 200-row prefill
-// took 1.6-3.9x MKL's float32 matmul (docs/benchmarks.md, "A prompt's prefill in register tiles").
+// registers of 8 floats hold 3 rows of 32 or 6 of 16 (12 accumulators: half_panel below). In
+// tiles of 8 on AVX2 a 200-row prefill took 1.6-3.9x MKL's float32 matmul (docs/benchmarks.md,
+// "A prompt's prefill in register tiles").
 #define STEP_ROWS 8
 #if defined(__AVX512F__)
 #define ROW_TILE 8
 #else
-#define ROW_TILE 3
+#define ROW_TILE 6
 #endif
 
 template <typename T>
@@ -115,6 +141,50 @@ static void tile(int rows, const float* x, long ldx, const T* w, long K, float* 
         case 7: panel<T, 7>(x, ldx, w, K, acc); break;
         default: panel<T, 8>(x, ldx, w, K, acc); break;
     }
+}
+
+// AVX2's tile: ROW_TILE (6) rows against half a widened panel, 16 columns: 6 x 2 vectors of 8
+// accumulators, 12 of the 16 registers as 3 rows x 32 columns are, but each line of weights
+// loaded from the cache serves 6 rows instead of 3 (MKL's float32 kernel is 6 x 16 too). The
+// same sums as panel<float, M> (each output k = 0..K-1 in order, the same multiply-adds),
+// written with GCC's vector types: left to itself GCC vectorized this shape across the rows
+// and ran it 20x slower.
+typedef float lanes8 __attribute__((vector_size(32)));
+
+template <int M>
+static inline void half_panel(const float* __restrict x, long ldx, const float* __restrict w, long K,
+                              float* __restrict acc) {
+    lanes8 a[M][2];
+    for (int m = 0; m < M; m++) a[m][0] = a[m][1] = lanes8{};
+    for (long k = 0; k < K; k++) {
+        lanes8 w0, w1;
+        std::memcpy(&w0, w + k * NB, sizeof(w0));
+        std::memcpy(&w1, w + k * NB + 8, sizeof(w1));
+        for (int m = 0; m < M; m++) {
+            const float xv = x[m * ldx + k];
+            a[m][0] += xv * w0;
+            a[m][1] += xv * w1;
+        }
+    }
+    for (int m = 0; m < M; m++) std::memcpy(acc + m * NB, a[m], sizeof(a[m]));
+}
+
+// rows (up to ROW_TILE) of a prompt against a panel widened to float32
+static void widened_tile(int rows, const float* x, long ldx, const float* w, long K, float* acc) {
+#if defined(__AVX512F__)
+    tile<float>(rows, x, ldx, w, K, acc);
+#else
+    for (int j0 = 0; j0 < NB; j0 += 16) {
+        switch (rows) {
+            case 1: half_panel<1>(x, ldx, w + j0, K, acc + j0); break;
+            case 2: half_panel<2>(x, ldx, w + j0, K, acc + j0); break;
+            case 3: half_panel<3>(x, ldx, w + j0, K, acc + j0); break;
+            case 4: half_panel<4>(x, ldx, w + j0, K, acc + j0); break;
+            case 5: half_panel<5>(x, ldx, w + j0, K, acc + j0); break;
+            default: half_panel<6>(x, ldx, w + j0, K, acc + j0); break;
+        }
+    }
+#endif
 }
 
 // A call's arguments, and one work item of it: a group of panels (team.h).
@@ -133,8 +203,13 @@ struct Rows {
                 float v = a[j];
                 if (scale) v *= scale[n0 + j];
                 if (bias) v += bias[n0 + j];
-                o[j] = act ? gelu(v) : v;
+                o[j] = v;
             }
+            // in a loop of its own, so that the rational one vectorizes
+            if (act == GELU)
+                for (long j = 0; j < nn; j++) o[j] = gelu(o[j]);
+            else if (act == GELU_RATIONAL)
+                for (long j = 0; j < nn; j++) o[j] = gelu_rational(o[j]);
         }
     }
 
@@ -158,7 +233,7 @@ struct Rows {
             for (long k = 0; k < c.K; k++) widen(wp + k * NB, buffer + k * NB);
             for (long m0 = 0; m0 < c.M; m0 += ROW_TILE) {
                 const int rows = (c.M - m0) < ROW_TILE ? (int)(c.M - m0) : ROW_TILE;
-                tile<float>(rows, c.x + m0 * c.ldx, c.ldx, buffer, c.K, acc);
+                widened_tile(rows, c.x + m0 * c.ldx, c.ldx, buffer, c.K, acc);
                 c.write(p, m0, rows, acc);
             }
         }
@@ -189,7 +264,8 @@ static void matmul(const float* x, long M, long ldx, const T* w, long K, long N,
 extern "C" {
 int panel_width() { return NB; }
 
-// act: 0 none, 1 gelu on every output (the MLP's hidden layer, one pass less)
+// act: 0 none, 1 gelu on every output (the MLP's hidden layer, one pass less), 2 the same
+// gelu with a rational erf (gelu_rational)
 void matmul_f16(const float* x, long M, long ldx, const _Float16* w, long K, long N,
                 const float* scale, const float* bias, float* out, long ldo, int act, int threads) {
     matmul<_Float16>(x, M, ldx, w, K, N, scale, bias, out, ldo, act, threads);
