@@ -178,8 +178,9 @@ def test_the_table_says_which_systems_were_not_measured():
 # --- the step inside transcribe against the step alone ---------------------------------------
 
 class _Run:
-    def __init__(self, step_ms):
+    def __init__(self, step_ms, alone_ms=None):
         self.output = e2e.Output("text", 10, step_ms)
+        self.alone_ms = alone_ms
 
 
 def test_the_step_target_compares_a_step_inside_transcribe_with_one_alone():
@@ -197,6 +198,32 @@ def test_the_step_target_compares_a_step_inside_transcribe_with_one_alone():
     assert "inside transcribe" in verdict.title
     runs = {("fast", "long"): [_Run(7.0)]}
     assert e2e.judge_step(e2e.measure_steps({"fast": fast}, runs, long, repeats=1)["fast"]).met  # 1.17x
+
+
+def test_the_step_alone_is_probed_right_after_each_long_run():
+    # the step alone in the same minute as the step inside: measured ten minutes later (after
+    # the separate files) a noisy hour had moved an unchanged system's ratio by 0.24
+    long, short = recording("long", 2000 / RATE, "a b"), recording("short", 10 / RATE, "a")
+    calls = []
+
+    def fast(audio):
+        calls.append(("fast", len(audio)))
+        return e2e.Output("a b", 2, 7.0 if len(audio) > 1000 else 5.0)
+
+    def peer(audio):
+        calls.append(("peer", len(audio)))
+        return e2e.Output("a b", 2)
+    alone = iter([6.0, 9.0, 3.0, 5.0, 5.0, 5.0])
+    fast.step_alone = lambda: calls.append("probe") or next(alone)
+    runs = e2e.measure({"fast": fast, "peer": peer}, [long, short], repeats=2, probe_after="long")
+    # repeat 1: fast's long run, its 3 probes, then the peer; repeat 2 reversed: the peer first
+    assert calls[:5] == [("fast", 2000), "probe", "probe", "probe", ("peer", 2000)]
+    assert calls[7:12] == [("peer", 2000), ("fast", 2000), "probe", "probe", "probe"]
+    assert [r.alone_ms for r in runs["fast", "long"]] == [6.0, 5.0]  # each run's median of 3
+    assert all(r.alone_ms is None for r in runs["fast", "short"] + runs["peer", "long"])
+    fast.step_alone = lambda: pytest.fail("probed again after the runs")
+    steps = e2e.measure_steps({"fast": fast}, runs, long, repeats=2)
+    assert steps["fast"].inside_ms == 7.0 and steps["fast"].alone_ms == 5.5
 
 
 def test_a_step_not_measured_fails_its_target():

@@ -33,8 +33,10 @@ recordings, seeded; for the long file each word edit is charged to the recording
 reference word came from), the text tokens written, and the ratio to its peer. Then
 whisper-kv's mean decoder step inside the long file's transcription against its step on
 one 30 s window alone (the step benchmark's: decode_speed's clip, greedy, no timestamps,
-prompt or fallback; the median of `--repeats` runs, at least 3), and the targets, each "met" or "NOT met"; a
-measure that did not run is "not measured" and fails.
+prompt or fallback; probed 3 times right after each of the system's long-file runs, the
+median: probed after the separate files instead, ten minutes later, a noisy hour had moved
+the exact mode's ratio from 1.00x to 1.24x with the same code), and the targets, each "met"
+or "NOT met"; a measure that did not run is "not measured" and fails.
 """
 
 import argparse
@@ -111,6 +113,11 @@ def join_recordings(recordings: Sequence[Item], min_seconds: float,
 class Run:
     seconds: float
     output: Output
+    alone_ms: Optional[float] = None  # the system's step alone, probed right after this run
+
+
+# Probes of the step alone after each long-file run (the median is kept)
+ALONE_PROBES = 3
 
 
 def warm_up(systems: Dict[str, System], audio: np.ndarray) -> None:
@@ -120,9 +127,12 @@ def warm_up(systems: Dict[str, System], audio: np.ndarray) -> None:
 
 
 def measure(systems: Dict[str, System], items: Sequence[Item], repeats: int,
-            progress: Callable[[str], None] = lambda line: None) -> Dict[Tuple[str, str], List[Run]]:
+            progress: Callable[[str], None] = lambda line: None,
+            probe_after: Optional[str] = None) -> Dict[Tuple[str, str], List[Run]]:
     """Every (system, item) `repeats` times: item by item, each system in turn, the systems'
-    order reversed on every other repeat."""
+    order reversed on every other repeat. After each run of the item named `probe_after`
+    (the long file), a system with a `step_alone` probe takes it at once, so that the step
+    inside transcribe and the step alone are measured in the same minute."""
     runs: Dict[Tuple[str, str], List[Run]] = {(s, i.name): [] for s in systems for i in items}
     names = list(systems)
     for repeat in range(repeats):
@@ -131,7 +141,11 @@ def measure(systems: Dict[str, System], items: Sequence[Item], repeats: int,
             for name in order:
                 started = time.perf_counter()
                 output = systems[name](item.audio)
-                runs[name, item.name].append(Run(time.perf_counter() - started, output))
+                run = Run(time.perf_counter() - started, output)
+                probe = getattr(systems[name], "step_alone", None)
+                if probe is not None and item.name == probe_after:
+                    run.alone_ms = float(np.median([probe() for _ in range(ALONE_PROBES)]))
+                runs[name, item.name].append(run)
             if item.seconds > 60:
                 progress(f"  repeat {repeat + 1}: {item.name} done")
     return runs
@@ -250,7 +264,9 @@ class StepMeasure:
 def measure_steps(systems: Dict[str, System], runs: Dict[Tuple[str, str], List[Run]], long: Item,
                   repeats: int) -> Dict[str, StepMeasure]:
     """For each whisper-kv system that can say (its run has `step_alone`): the median over
-    repeats of its mean step in the long file's runs, and of its step alone."""
+    repeats of its mean step in the long file's runs, and of its step alone as probed right
+    after those runs (`measure`'s probe_after; probed here, after everything, where a run
+    has none)."""
     steps = {}
     for name in STEP_SYSTEMS:
         probe = getattr(systems.get(name), "step_alone", None)
@@ -258,7 +274,8 @@ def measure_steps(systems: Dict[str, System], runs: Dict[Tuple[str, str], List[R
             steps[name] = StepMeasure(name, None, None)
             continue
         inside = [r.output.step_ms for r in runs[name, long.name] if r.output.step_ms]
-        alone = [probe() for _ in range(max(3, repeats))]
+        alone = [r.alone_ms for r in runs[name, long.name] if r.alone_ms]
+        alone = alone or [probe() for _ in range(max(ALONE_PROBES, repeats))]
         steps[name] = StepMeasure(name, float(np.median(inside)) if inside else None, float(np.median(alone)))
     return steps
 
@@ -373,7 +390,8 @@ def main(argv=None) -> int:
     for name, why in missing.items():
         print(f"{SYSTEMS[name]}: not measured ({why})")
     warm_up(systems, recordings[0].audio)
-    runs = measure(systems, [long, *recordings], args.repeats, progress=lambda line: print(line, flush=True))
+    runs = measure(systems, [long, *recordings], args.repeats, progress=lambda line: print(line, flush=True),
+                   probe_after=long.name)
     scopes = {"long": [long], "separate": recordings}
     measures = {(scope, name): summarise(scope, name, items, runs)
                 for scope, items in scopes.items() for name in systems}
