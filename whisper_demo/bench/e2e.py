@@ -142,8 +142,8 @@ def measure(systems: Dict[str, System], items: Sequence[Item], repeats: int,
                 started = time.perf_counter()
                 output = systems[name](item.audio)
                 run = Run(time.perf_counter() - started, output)
-                probe = getattr(systems[name], "step_alone", None)
-                if probe is not None and item.name == probe_after:
+                probe = getattr(systems[name], "step_alone", None) if item.name == probe_after else None
+                if probe is not None:
                     run.alone_ms = float(np.median([probe() for _ in range(ALONE_PROBES)]))
                 runs[name, item.name].append(run)
             if item.seconds > 60:

@@ -122,7 +122,8 @@ class PackedLinear:
     The gelu's erf is libm's with float16 weights (the exact mode: its numbers stay those
     its tokens were tested with) and a rational function with int8 weights (the fast mode:
     a prompt's 200 rows x 1536 outputs a layer, where one libm call per output took half
-    the matmul's time; its error is ~1e-7 beside the weights' rounding of up to 0.4 %)."""
+    the matmul's time; its erf is within 4.2e-7 of the true one, beside the weights' rounding
+    of up to 0.4 %)."""
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor], kind: str,
                  activation: Optional[str] = None):
@@ -149,9 +150,7 @@ class PackedLinear:
         # [panels, width, in] -> [panels, in, width]: each k of a panel is contiguous
         self.packed = padded.view(panels, width, self.n_in).transpose(1, 2).contiguous()
         self.bias = None if bias is None else bias.detach().float().cpu().contiguous()
-        self.activation = ACTIVATIONS[activation]
-        if kind == "i8" and activation == "gelu":
-            self.activation = GELU_RATIONAL
+        self.activation = GELU_RATIONAL if kind == "i8" and activation == "gelu" else ACTIVATIONS[activation]
         self.threads: Optional[int] = None  # None: threads_for(its bytes)
         self._packed_ptr = self.packed.data_ptr()
         self._scale_ptr = None if self.scale is None else self.scale.data_ptr()

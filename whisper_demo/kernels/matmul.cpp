@@ -93,7 +93,7 @@ static inline float gelu(float v) { return 0.5f * v * (1.0f + erff(v * 0.7071067
 // over even degree 8 in x, exact to a few float32 ulps; 1.0 beyond |x| = 4): no libm call,
 // so a row of outputs vectorizes. libm's erff, one value at a time, was half of a prompt's
 // MLP matmul in the fast mode (docs/benchmarks.md); there the int8 weights are rounded by
-// up to 1 part in 254, beside which the erf's ~1e-7 is nothing.
+// up to 1 part in 254, beside which the erf's error (at most 4.2e-7) is nothing.
 static inline float gelu_rational(float v) {
     float x = v * 0.70710678118654752f;
     x = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
