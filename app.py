@@ -136,7 +136,8 @@ def parser() -> argparse.ArgumentParser:
                         "starts on when N > 1 and then uses N. Default 0")
     p.add_argument("--precision", choices=PRECISIONS, default="exact",
                    help="exact: the model's own weights, tokens equal openai-whisper's. int8: the "
-                        "fast mode, the decoder's matrices int8 weight-only, activations float32 "
+                        "fast mode, the decoder's matrices int8 weight-only, activations float32, "
+                        "the encoder in bfloat16 or with int8 linears by the CPU "
                         "(CPU; static and off modes). Default exact")
     p.add_argument("--live-precision", choices=PRECISIONS, default=None,
                    help="the precision of live decodes (the Live tab, --mic). Default int8 on the "

@@ -6,7 +6,6 @@ on any CPU (without native bfloat16 it is slower there, never used, but computes
 import numpy as np
 import pytest
 import torch
-from whisper.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
 
 import whisper_demo.precision as precision_module
 from whisper_demo.bf16_encoder import bf16_encoder, bf16_supported
@@ -15,6 +14,7 @@ from whisper_demo.encoder import encode, encoder_dtype
 from whisper_demo.events import DecodeOptions, DecodeResult, TokenEvent
 from whisper_demo.bench.accuracy import Transcript, compare
 from whisper_demo.text import word_error_rate
+from features import distances, window_mel
 
 # Relative L2 distance of the bfloat16 features from float32's over a window of speech:
 # measured 1.1-1.6 % (tiny.en) and 1.2-1.3 % (base) on jfk.wav and speech_25s.wav. bfloat16 keeps 8 bits of
@@ -28,42 +28,33 @@ FEATURE_TOLERANCE = 0.03
 FRAME_TOLERANCE = 0.05
 
 
-def _mel(clip, name, frames=N_FRAMES):
-    mel = log_mel_spectrogram(torch.from_numpy(clip(name)), padding=N_SAMPLES)
-    return pad_or_trim(mel, N_FRAMES)[:, :frames].unsqueeze(0)
-
-
-def _distances(fast, exact):
-    whole = float((fast - exact).norm() / exact.norm())
-    frames = (fast - exact).norm(dim=-1) / exact.norm(dim=-1)
-    return whole, float(torch.quantile(frames.flatten(), 0.99))
-
-
 @pytest.mark.parametrize("name", ["jfk.wav", "speech_25s.wav"])
 def test_bfloat16_features_stay_within_tolerance_of_float32_on_real_speech(tiny_model, clip, name):
-    mel = _mel(clip, name)
+    mel = window_mel(clip, name)
     with torch.inference_mode():
         exact = tiny_model.encoder(mel)
     fast = bf16_encoder(tiny_model)(mel)
     assert fast.dtype == torch.float32 and fast.shape == exact.shape
-    whole, most_frames = _distances(fast, exact)
+    whole, most_frames = distances(fast, exact)
     assert 0 < whole < FEATURE_TOLERANCE  # 0 would mean it silently ran in float32
     assert most_frames < FRAME_TOLERANCE
 
 
 def test_a_shorter_input_is_encoded_in_bfloat16_as_closely(tiny_model, clip):
-    mel = _mel(clip, "jfk.wav", frames=1300)  # encode_audio_only: 11 s of speech and a margin
+    mel = window_mel(clip, "jfk.wav", frames=1300)  # encode_audio_only: 11 s of speech and a margin
     exact = encode(tiny_model, mel, "exact")
     fast = bf16_encoder(tiny_model)(mel)
     assert fast.shape == exact.shape == (1, 650, tiny_model.dims.n_audio_state)
-    assert _distances(fast, exact)[0] < FEATURE_TOLERANCE
+    assert distances(fast, exact)[0] < FEATURE_TOLERANCE
 
 
 def test_the_fast_mode_encodes_in_bfloat16_only_where_the_cpu_has_it(tiny_model, clip, monkeypatch):
-    mel = _mel(clip, "jfk.wav")
+    mel = window_mel(clip, "jfk.wav")
     assert encoder_dtype(tiny_model, "exact") == "float32"
-    assert encoder_dtype(tiny_model, "int8") == ("bfloat16" if bf16_supported() else "float32")
+    fallback = "int8" if precision_module.int8_matmul_supported() else "float32"  # test_int8_encoder.py
+    assert encoder_dtype(tiny_model, "int8") == ("bfloat16" if bf16_supported() else fallback)
     monkeypatch.setattr(precision_module, "bf16_supported", lambda: False)
+    monkeypatch.setattr(precision_module, "int8_matmul_supported", lambda: False)
     assert encoder_dtype(tiny_model, "int8") == "float32"
     with torch.inference_mode():
         assert torch.equal(encode(tiny_model, mel, "int8"), tiny_model.encoder(mel))
@@ -110,6 +101,10 @@ def test_the_panel_says_what_the_encoder_computed_in(tiny_model, clip, monkeypat
     monkeypatch.setattr(precision_module, "bf16_supported", lambda: True)
     fast = transcribe(tiny_model, audio, DecodeOptions(precision="int8"))
     monkeypatch.setattr(precision_module, "bf16_supported", lambda: False)  # a CPU without it
+    monkeypatch.setattr(precision_module, "int8_matmul_supported", lambda: True)
+    int8 = transcribe(tiny_model, audio, DecodeOptions(precision="int8"))
+    monkeypatch.setattr(precision_module, "int8_matmul_supported", lambda: False)  # nor int8
     plain = transcribe(tiny_model, audio, DecodeOptions(precision="int8"))
     assert "features, per 30 s window · bfloat16" in panel_html(fast, tiny_model)
+    assert "features, per 30 s window · int8" in panel_html(int8, tiny_model)
     assert "features, per 30 s window · float32" in panel_html(plain, tiny_model)

@@ -36,10 +36,13 @@ def test_the_hooks_mode_runs_exact_whatever_was_asked():
 
 def test_the_fast_mode_encodes_in_bfloat16_only_on_a_cpu_that_has_it(monkeypatch):
     monkeypatch.setattr(precision_module, "bf16_supported", lambda: True)
+    monkeypatch.setattr(precision_module, "int8_matmul_supported", lambda: True)
     assert precision_for(_model(), "int8").encoder_dtype == "bfloat16"
     assert precision_for(_model(), "exact").encoder_dtype == "float32"
     assert precision_for(_model(torch.float16, "cuda"), "exact").encoder_dtype == "float16"
     monkeypatch.setattr(precision_module, "bf16_supported", lambda: False)
+    assert precision_for(_model(), "int8").encoder_dtype == "int8"  # int8 linears instead, where fast
+    monkeypatch.setattr(precision_module, "int8_matmul_supported", lambda: False)
     assert precision_for(_model(), "int8").encoder_dtype == "float32"
 
 

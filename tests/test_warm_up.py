@@ -9,7 +9,7 @@ import logging
 import pytest
 from whisper.tokenizer import get_tokenizer
 
-from whisper_demo import bf16_encoder, runner, timing
+from whisper_demo import bf16_encoder, int8_encoder, runner, timing
 from whisper_demo.events import DecodeOptions
 from whisper_demo.precision import precision_for
 from whisper_demo.warm_up import live_session, warm_up
@@ -21,6 +21,7 @@ def untouched(tiny_model):
     bfloat16 encoder) are empty, as in a fresh process."""
     model = copy.deepcopy(tiny_model)
     assert model not in runner._runners and model not in bf16_encoder._encoders
+    assert model not in int8_encoder._encoders
     return model
 
 
@@ -31,7 +32,9 @@ def test_warm_up_builds_what_the_first_decode_would(untouched, caplog):
         warmed = warm_up(untouched, {"transcribe": page, "live": live, "compare": page})
     # each precision's packed decoder weights, and the fast encoder where the CPU has one
     assert set(runner._runners[untouched]) == {"exact", "int8"}
-    assert (untouched in bf16_encoder._encoders) == (precision_for(untouched, "int8").encoder_dtype == "bfloat16")
+    fast_encoder = precision_for(untouched, "int8").encoder_dtype
+    assert (untouched in bf16_encoder._encoders) == (fast_encoder == "bfloat16")
+    assert (untouched in int8_encoder._encoders) == (fast_encoder == "int8")
     assert timing._compiled.is_set()  # word timing's DTW, compiled
     # the tokenizer, and its special tokens' pattern (tiktoken compiles it on first encode)
     tokenizer = get_tokenizer(False, num_languages=untouched.num_languages, language="en", task="transcribe")

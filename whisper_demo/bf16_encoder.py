@@ -25,8 +25,6 @@ bfloat16 would be emulated and slower than float32, so `bf16_supported` says no 
 fast mode keeps the float32 encoder.
 """
 
-import threading
-import weakref
 from functools import lru_cache
 from typing import Dict, Optional
 
@@ -35,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import bf16_attention, kernels
+from .per_model import PerModel
 
 PACKED_FOR_ROWS = 1500  # oneDNN picks its weight layout for this many input rows (a window); any count runs
 QUERY_BLOCK = 256  # queries per attention block: 6-20 heads x 256 x 1500 scores in cache
@@ -97,6 +96,15 @@ def _packed(weight: Tensor) -> Optional[Tensor]:
         return torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_FOR_ROWS)
     except (AttributeError, RuntimeError):
         return None
+
+
+def fused_attention(qkv: Tensor, n_head: int) -> Tensor:
+    """PyTorch's fused attention on one q/k/v projection's heads (strided views, no copies
+    in), the heads written back side by side for the output projection."""
+    batch, positions, width = qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3
+    q, k, v = (part.view(batch, positions, n_head, -1).transpose(1, 2) for part in qkv.split(width, dim=-1))
+    out = F.scaled_dot_product_attention(q, k, v)
+    return out.transpose(1, 2).reshape(batch, positions, width)
 
 
 class Bf16Encoder:
@@ -163,20 +171,12 @@ class Bf16Encoder:
         qkv = self._linear(x, prefix + "qkv")
         route = attention_route()
         if route == "sdpa":
-            heads = self._fused_attention(qkv)
+            heads = fused_attention(qkv, self.n_head)
         elif route == "kernel" and qkv.shape[-1] == 3 * self.n_head * bf16_attention.HEAD_DIM:
             heads = bf16_attention.attention(qkv, self.n_head)
         else:
             heads = self._attention_in_blocks(qkv)
         return self._linear(heads, prefix + "out")
-
-    def _fused_attention(self, qkv: Tensor) -> Tensor:
-        """PyTorch's fused attention on the projection's heads (strided views, no copies in),
-        the heads written back side by side for the output projection."""
-        batch, positions, width = qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3
-        q, k, v = (part.view(batch, positions, self.n_head, -1).transpose(1, 2) for part in qkv.split(width, dim=-1))
-        out = F.scaled_dot_product_attention(q, k, v)
-        return out.transpose(1, 2).reshape(batch, positions, width)
 
     def _attention_in_blocks(self, qkv: Tensor) -> Tensor:
         """The same attention in PyTorch (no compiler, another head width), a block of queries
@@ -192,13 +192,9 @@ class Bf16Encoder:
             torch.matmul(torch.softmax(scores, dim=-1), v, out=out[:, :, start:start + QUERY_BLOCK])
         return out.transpose(1, 2).reshape(batch, positions, width)
 
-_encoders: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+_encoders: PerModel[Bf16Encoder] = PerModel(lambda model: Bf16Encoder(model.encoder))
 
 
 def bf16_encoder(model) -> Bf16Encoder:
     """The model's Bf16Encoder, made on first use and shared (the weights cast once)."""
-    with _lock:
-        if model not in _encoders:
-            _encoders[model] = Bf16Encoder(model.encoder)
-        return _encoders[model]
+    return _encoders(model)

@@ -11,8 +11,8 @@ audio keeps what the decoder sees at the end of speech close to training (paddin
 speech there too); the live benchmark measures the word error rate both ways.
 
 The fast precision ("int8") also encodes in bfloat16 where the CPU multiplies it natively
-(bf16_encoder.py; precision.py decides where); the exact precision always runs the model's
-own float32 encoder.
+(bf16_encoder.py), else with int8 block linears where that is fast (int8_encoder.py);
+precision.py decides which. The exact precision always runs the model's own float32 encoder.
 """
 
 import math
@@ -23,6 +23,7 @@ from torch import Tensor
 from whisper.audio import N_FRAMES
 
 from .bf16_encoder import bf16_encoder
+from .int8_encoder import int8_encoder
 from .precision import precision_for
 
 FRAMES_PER_SECOND = 100  # log-mel frames (10 ms hop)
@@ -44,8 +45,9 @@ def encoder_frames(audio_frames: int, audio_only: bool) -> int:
 
 
 def encoder_dtype(model, precision: str = "exact") -> str:
-    """What the encoder computes in for a decode at `precision`: "bfloat16" in the fast mode
-    on a CPU with native bfloat16 (a float32 model), else the model's own dtype."""
+    """What the encoder computes in for a decode at `precision`: in the fast mode on a float32
+    model "bfloat16" or "int8" where the CPU suits one (precision.fast_encoder_dtype), else
+    the model's own dtype."""
     return precision_for(model, precision).encoder_dtype
 
 
@@ -55,9 +57,12 @@ def encode(model, mel: Tensor, precision: str = "exact") -> Tensor:
     Exact: for 3000 frames this is the model's own encoder; for fewer it is the same
     computation with the positional embedding cut to the positions present (openai-whisper's
     encoder asserts a full window). The fast precision runs it in bfloat16 when
-    encoder_dtype says so (float32 features either way)."""
-    if encoder_dtype(model, precision) == "bfloat16":
+    encoder_dtype says so, or with int8 block linears (float32 features either way)."""
+    dtype = encoder_dtype(model, precision)
+    if dtype == "bfloat16":
         return bf16_encoder(model)(mel)
+    if dtype == "int8":
+        return int8_encoder(model)(mel)
     encoder = model.encoder
     with torch.inference_mode():
         if mel.shape[-1] == N_FRAMES:

@@ -21,7 +21,8 @@ class DecodeOptions:
     cache: str = "static"  # "static" (ours), "hooks" (openai-whisper's), "off"
     beam_size: int = 1  # 1 = greedy
     # one of PRECISIONS: "exact", or "int8", the fast mode (static and off modes, CPU):
-    # quantized decoder matmuls and a bfloat16 encoder where the CPU has it (precision.py)
+    # quantized decoder matmuls and a bfloat16 encoder where the CPU has it, else int8
+    # encoder linears (precision.py)
     precision: str = "exact"
     language: Optional[str] = None  # None: "en" for .en models, detected otherwise
     task: str = "transcribe"  # or "translate"

@@ -7,7 +7,8 @@ Precision instead of comparing names.
 - "int8", the fast mode: with the kernels, the decoder's matrices int8 weight-only (the
   vocabulary projection and the blocks' small linears; activations stay float32) and the
   cross-attention K/V float16, and the encoder in bfloat16 where the CPU multiplies it
-  natively. CPU only; transcripts may differ slightly from the exact mode's (the accuracy
+  natively, else with int8 block linears where PyTorch multiplies int8 fast (AVX2:
+  int8_encoder.py). CPU only; transcripts may differ slightly from the exact mode's (the accuracy
   benchmark measures the word error rate of both).
 
 The hooks cache mode runs openai-whisper's modules as they are, so it is exact only.
@@ -49,12 +50,29 @@ def bf16_supported() -> bool:
     return supported()
 
 
+def int8_matmul_supported() -> bool:
+    """Whether PyTorch multiplies int8 by int8 fast on this CPU (int8_encoder.py checks)."""
+    from .int8_encoder import int8_matmul_supported as supported
+
+    return supported()
+
+
+def fast_encoder_dtype() -> Optional[str]:
+    """What the fast mode's encoder computes in on this CPU, for a float32 model: "bfloat16"
+    where the CPU multiplies it natively (features within 1-2 % of float32's), else "int8"
+    (block linears int8 x int8, features within 4-6 %, as CTranslate2's int8 encoder) where
+    that is fast, else None (the model's own float32 encoder)."""
+    if bf16_supported():
+        return "bfloat16"
+    return "int8" if int8_matmul_supported() else None
+
+
 @dataclass(frozen=True)
 class Precision:
     """One precision on one model: what its encoder and decoder compute in."""
 
     name: str  # one of PRECISIONS
-    encoder_dtype: str  # what the encoder computes in: "bfloat16" in the fast mode where it can
+    encoder_dtype: str  # what the encoder computes in: "bfloat16" or "int8" in the fast mode where it can
     model_dtype: str  # the model's own weights: "float32" on a CPU, often "float16" on a GPU
     on_cpu: bool
 
@@ -88,5 +106,5 @@ def precision_for(model, name: str = "exact") -> Precision:
     check_precision(name, device=weights.device.type)
     model_dtype = str(weights.dtype).removeprefix("torch.")
     on_cpu = weights.device.type == "cpu"
-    fast_encoder = name != "exact" and on_cpu and model_dtype == "float32" and bf16_supported()
-    return Precision(name, "bfloat16" if fast_encoder else model_dtype, model_dtype, on_cpu)
+    fast_encoder = fast_encoder_dtype() if name != "exact" and on_cpu and model_dtype == "float32" else None
+    return Precision(name, fast_encoder or model_dtype, model_dtype, on_cpu)

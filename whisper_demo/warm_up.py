@@ -6,8 +6,8 @@ C++ kernels of decoder steps (kernels/; bf16_attention.py for the fast encoder),
 loaded from their cache; openai-whisper's DTW for word timing, compiled by numba (3-9 s);
 the tokenizer's vocabulary and its special-token pattern (tiktoken compiles a regex of
 every special token the first time a text is encoded: 0.4-0.6 s here); each precision's
-decoder weights, packed for the kernels (runner.decoder_runner); the bfloat16 encoder's
-weights (bf16_encoder.py, where the CPU has it); and torch's first run of each operator.
+decoder weights, packed for the kernels (runner.decoder_runner); the fast encoder's
+weights (bf16_encoder.py or int8_encoder.py, by the CPU); and torch's first run of each operator.
 Measured through the API (jfk.wav, 11 s, exact, 2 cores): the first transcription took
 3.9 s and the next ones 1.0 and 1.1 s.
 

@@ -1,7 +1,8 @@
 """What the fast mode changes in the words: the fast and the exact precision over real recordings.
 
     python -m whisper_demo.bench accuracy [--model tiny.en] [--eval-dir DIR] [--beam-size 1]
-                                          [--modes exact,fast,fast-float32-encoder] [--save PATH]
+                                          [--modes exact,fast,fast-float32-encoder,fast-int8-encoder]
+                                          [--save PATH]
 
 Every recording of `../shared/eval-dev` (manifest.jsonl, both subsets) and the example clips
 is transcribed in each mode as openai-whisper's transcribe would (its language given, the
@@ -14,8 +15,10 @@ other's word edits), in how many recordings, and a 95 % bootstrap interval of th
 difference: recordings drawn with replacement, the difference recomputed over each draw.
 
 Modes: "exact" (float32 throughout), "fast" (DecodeOptions(precision="int8"): int8 decoder,
-bfloat16 encoder where the CPU has it) and "fast-float32-encoder" (the int8 decoder over the
-float32 encoder, the fast mode without its encoder change: isolates what the encoder does).
+bfloat16 encoder where the CPU has it, else int8 block linears where PyTorch multiplies int8
+fast), "fast-float32-encoder" (the int8 decoder over the float32 encoder, the fast mode
+without its encoder change: isolates what the encoder does) and "fast-int8-encoder" (the
+int8 encoder whatever the CPU: what a CPU without bfloat16 gets, measured on one with it).
 """
 
 import contextlib
@@ -38,7 +41,9 @@ from .cli import bench_parser
 from .data import add_eval_dir_argument, manifest
 from .scoring import difference_interval
 
-MODES = ("exact", "fast", "fast-float32-encoder")
+MODES = ("exact", "fast", "fast-float32-encoder", "fast-int8-encoder")
+# the fast mode with its encoder chosen, not as this CPU would choose it
+ENCODER_MODES = {"fast-float32-encoder": None, "fast-int8-encoder": "int8"}
 BOOTSTRAP_DRAWS = 4000
 
 
@@ -88,14 +93,14 @@ def recordings(eval_dir: Path, with_examples: bool = True) -> List[Recording]:
 
 
 @contextlib.contextmanager
-def _float32_encoder():
-    """The fast mode with the encoder it had before: as on a CPU without native bfloat16."""
-    saved = precision_module.bf16_supported
-    precision_module.bf16_supported = lambda: False
+def _fast_encoder(dtype):
+    """The fast mode with its encoder in `dtype` (None: float32), whatever this CPU would pick."""
+    saved = precision_module.fast_encoder_dtype
+    precision_module.fast_encoder_dtype = lambda: dtype
     try:
         yield
     finally:
-        precision_module.bf16_supported = saved
+        precision_module.fast_encoder_dtype = saved
 
 
 def transcribe_in(model, recording: Recording, mode: str, beam_size: int) -> Transcript:
@@ -103,7 +108,7 @@ def transcribe_in(model, recording: Recording, mode: str, beam_size: int) -> Tra
     # the fallback's sampling: DecodeOptions' own seed (0), the same draws in every mode
     options = DecodeOptions(beam_size=beam_size, precision="exact" if mode == "exact" else "int8",
                             language=recording.language, temperature_fallback=True)
-    context = _float32_encoder() if mode == "fast-float32-encoder" else contextlib.nullcontext()
+    context = _fast_encoder(ENCODER_MODES[mode]) if mode in ENCODER_MODES else contextlib.nullcontext()
     with context:
         result = transcribe(model, audio, options)
     return Transcript(recording.id, recording.group, mode, result.text,
@@ -176,9 +181,11 @@ def main(argv=None) -> int:
         for mode in modes[1:]:
             comparisons.append((name, compare(by_mode, "exact", mode, groups)))
             print("  " + describe(comparisons[-1][1]))
-        if "fast-float32-encoder" in modes and "fast" in modes:
-            comparisons.append((name, compare(by_mode, "fast-float32-encoder", "fast", groups)))
-            print("  " + describe(comparisons[-1][1]) + "  <- the encoder alone")
+        if "fast-float32-encoder" in modes:
+            for mode in ("fast", "fast-int8-encoder"):
+                if mode in modes:
+                    comparisons.append((name, compare(by_mode, "fast-float32-encoder", mode, groups)))
+                    print("  " + describe(comparisons[-1][1]) + "  <- the encoder alone")
     if args.save:
         Path(args.save).write_text(json.dumps({
             "model": args.model, "beam_size": args.beam_size,

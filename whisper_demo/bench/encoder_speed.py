@@ -6,8 +6,8 @@
 One 30 s window (the first of speech_25s.wav), encoded by four contenders in turn, round
 after round (interleaved, so that other work on a shared machine falls on all of them):
 ours exact (the model's float32 encoder), ours fast (DecodeOptions(precision="int8"):
-bfloat16 where the CPU has it, bf16_encoder.py), CTranslate2 float32 and CTranslate2 int8
-on the same model.bin. Printed: each one's median and range in ms, and the ratios the
+bfloat16 where the CPU has it, bf16_encoder.py, else int8 linears, int8_encoder.py),
+CTranslate2 float32 and CTranslate2 int8 on the same model.bin. Printed: each one's median and range in ms, and the ratios the
 targets are about, each round's ratio and their median (a ratio within one round compares
 contenders that ran seconds apart).
 

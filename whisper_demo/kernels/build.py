@@ -1,7 +1,7 @@
-"""Builds the decoder's kernels (matmul.cpp, team.cpp) with this machine's C++ compiler and
-loads them through ctypes, once per source and CPU: `library()` is the loaded library, or
-None where it cannot be had, and `describe_path()` says which path decoder steps take and
-why (logged once when the library is first asked for).
+"""Builds the decoder's kernels (matmul.cpp, team.cpp; quantize.cpp for the int8 encoder)
+with this machine's C++ compiler and loads them through ctypes, once per source and CPU:
+`library()` is the loaded library, or None where it cannot be had, and `describe_path()`
+says which path decoder steps take and why (logged once when the library is first asked for).
 
 The library is cached under models.cache_dir()/kernels, keyed by the sources, the CPU's
 flags and the compiler, so a change to any of them builds it again (and the old build is
@@ -29,8 +29,8 @@ import threading
 from pathlib import Path
 from typing import Optional, Tuple
 
-SOURCES = [Path(__file__).with_name(name) for name in ("matmul.cpp", "team.cpp")]
-HEADERS = [Path(__file__).with_name("team.h")]
+SOURCES = [Path(__file__).with_name(name) for name in ("matmul.cpp", "quantize.cpp", "team.cpp")]
+HEADERS = [Path(__file__).with_name(name) for name in ("activations.h", "team.h")]
 _lib = None
 _error: Optional[str] = None
 _lock = threading.Lock()
@@ -170,6 +170,12 @@ def _build() -> ctypes.CDLL:
                        ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_float, ctypes.c_void_p,
                        ctypes.c_int]
         fn.restype = None
+    lib.quantize_rows.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
+                                  ctypes.c_void_p, ctypes.c_int]
+    lib.quantize_rows.restype = None
+    lib.dequantize.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
+                               ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    lib.dequantize.restype = None
     lib.set_openmp_threads.argtypes = [ctypes.c_int]
     lib.set_openmp_threads.restype = None
     lib.openmp_threads.restype = ctypes.c_int
