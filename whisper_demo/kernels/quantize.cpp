@@ -9,6 +9,7 @@
 // The same operations in the same order as int8_encoder.py's PyTorch fallback, so the same
 // numbers, except the gelu, which is gelu_rational here (within 1.4e-6 of the erf form).
 // Rows are split between threads (team.cpp); each row's numbers do not depend on the split.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -30,7 +31,7 @@ struct Quantize {
 
     static void item(void* self, long index) {
         const Quantize& c = *static_cast<const Quantize*>(self);
-        const long end = index * ROWS_PER_ITEM + ROWS_PER_ITEM < c.M ? index * ROWS_PER_ITEM + ROWS_PER_ITEM : c.M;
+        const long end = std::min(c.M, (index + 1) * ROWS_PER_ITEM);
         const long K = c.K;
         for (long m = index * ROWS_PER_ITEM; m < end; m++) {
             const float* __restrict row = c.x + m * K;
@@ -66,7 +67,7 @@ struct Dequantize {
 
     static void item(void* self, long index) {
         const Dequantize& c = *static_cast<const Dequantize*>(self);
-        const long end = index * ROWS_PER_ITEM + ROWS_PER_ITEM < c.M ? index * ROWS_PER_ITEM + ROWS_PER_ITEM : c.M;
+        const long end = std::min(c.M, (index + 1) * ROWS_PER_ITEM);
         for (long m = index * ROWS_PER_ITEM; m < end; m++) {
             const int32_t* __restrict a = c.acc + m * c.N;
             float* __restrict o = c.out + m * c.N;
