@@ -73,11 +73,8 @@ class Int8Linear:
     else in PyTorch, with the same numbers but the gelu's erf (the kernels' rational one)."""
 
     def __init__(self, weight: Tensor, bias: Optional[Tensor], activation: Optional[str] = None):
-        weight = weight.detach().float()
-        scale = weight.abs().amax(dim=1).clamp_min(1e-12) / QUANT_MAX  # one per output
-        quantized = torch.round(weight / scale[:, None]).clamp(-QUANT_MAX, QUANT_MAX).to(torch.int8)
+        quantized, self.scale = kernels.int8_per_output(weight.detach().float())  # as the decoder's
         self.weight_t = quantized.t().contiguous()  # [in, out]: what torch._int_mm takes
-        self.scale = scale.contiguous()
         self.bias = None if bias is None else bias.detach().float().contiguous()
         if activation not in (None, "gelu"):
             raise ValueError(f"activation must be None or 'gelu', not {activation!r}")

@@ -60,7 +60,7 @@ def int8_matmul_supported() -> bool:
 def fast_encoder_dtype() -> Optional[str]:
     """What the fast mode's encoder computes in on this CPU, for a float32 model: "bfloat16"
     where the CPU multiplies it natively (features within 1-2 % of float32's), else "int8"
-    (block linears int8 x int8, features within 4-6 %, as CTranslate2's int8 encoder) where
+    (block linears int8 x int8, features within 3-6 %, closer than CTranslate2's int8 encoder) where
     that is fast, else None (the model's own float32 encoder)."""
     if bf16_supported():
         return "bfloat16"

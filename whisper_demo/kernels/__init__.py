@@ -113,6 +113,13 @@ ACTIVATIONS = {None: 0, "gelu": 1}
 GELU_RATIONAL = 2
 
 
+def int8_per_output(weight: Tensor):
+    """A weight [out, in] as symmetric int8 with one scale per output: (int8 [out, in],
+    float32 scale [out]), weight ~ int8 * scale[:, None]; -128 unused."""
+    scale = (weight.abs().amax(dim=1).clamp_min(1e-12) / 127).contiguous()
+    return torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8), scale
+
+
 class PackedLinear:
     """y = x @ W.T * scale + bias for a torch Linear's weight W [out, in], with W stored
     packed as float16 ("f16": exact for float16-valued weights) or int8 ("i8": symmetric,
@@ -139,8 +146,7 @@ class PackedLinear:
                 raise ValueError("weights are not float16 values: f16 packing would change them")
             self._fn = lib.matmul_f16
         elif kind == "i8":
-            self.scale = (weight.abs().amax(dim=1).clamp_min(1e-12) / 127).contiguous()
-            stored = torch.round(weight / self.scale[:, None]).clamp(-127, 127).to(torch.int8)
+            stored, self.scale = int8_per_output(weight)
             self._fn = lib.matmul_i8
         else:
             raise ValueError(f"kind must be f16 or i8, not {kind!r}")
