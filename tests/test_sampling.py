@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.distributions import Categorical
 
-from whisper_demo import sampling
+from whisper_demo import kernels, sampling
 
 pytestmark = pytest.mark.quick
 
@@ -64,3 +64,79 @@ def test_draws_follow_the_probabilities():
     picks = torch.cat([sampling.draw(logits, 1.0, generator) for _ in range(4000)])
     assert set(picks.tolist()) == {10, 20}
     assert 0.72 < (picks == 10).float().mean().item() < 0.78
+
+
+needs_kernels = pytest.mark.skipif(not kernels.available(), reason="the compiled kernels are not built here")
+
+
+def kernel_draw(logits, temperature, generator):
+    """kernels/draw.cpp's picks and the state it leaves, or None where it declines (and
+    leaves the generator untouched)."""
+    state = generator.get_state()
+    picks = torch.empty(logits.shape[0], dtype=torch.long)
+    declined = kernels.library().draw_rows(logits.data_ptr(), logits.shape[0], logits.shape[1], temperature,
+                                           state.data_ptr(), picks.data_ptr())
+    if declined:
+        return None
+    generator.set_state(state)
+    return picks
+
+
+@needs_kernels
+def test_a_decodes_own_generator_is_drawn_by_the_kernel(monkeypatch):
+    assert sampling._kernel_draws_as_torch()
+    logits = decoder_like_rows(torch.Generator().manual_seed(2), 5, spread=4.0)
+    expected = torch_draw(logits, 0.6, torch.Generator().manual_seed(4))
+    monkeypatch.setattr(sampling, "_draw_with_torch", lambda *args: pytest.fail("torch drew"))
+    assert torch.equal(sampling.draw(logits, 0.6, torch.Generator().manual_seed(4)), expected)
+
+
+@needs_kernels
+@pytest.mark.parametrize("spread", [0.01, 0.5, 30.0])
+def test_the_kernel_draws_torchs_tokens_from_flat_to_peaked_rows(spread):
+    # flat rows leave thousands of candidates for the log; peaked ones one
+    rng = torch.Generator().manual_seed(9)
+    theirs, ours = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    declined = 0
+    for i in range(200):
+        logits = decoder_like_rows(rng, 1, spread)
+        temperature = (0.2, 0.4, 0.6, 0.8, 1.0)[i % 5]
+        expected = torch_draw(logits, temperature, theirs)
+        picks = kernel_draw(logits, temperature, ours)
+        if picks is None:
+            declined += 1
+            torch_draw(logits, temperature, ours)
+        else:
+            assert torch.equal(picks, expected)
+    assert torch.equal(ours.get_state(), theirs.get_state())
+    assert declined <= 2  # about one draw in a thousand is too close to call
+
+
+@needs_kernels
+def test_the_kernel_leaves_two_equal_ratios_to_torch():
+    # two tokens whose probability over their exponential draw is the same number: which one
+    # wins is torch's rounding, so the kernel must decline and draw() must still be torch's
+    temperature = 0.4
+    exponentials = sampling._exponential((1, VOCABULARY), torch.Generator().manual_seed(6))
+    logits = torch.full((1, VOCABULARY), -float("inf"))
+    logits[0, [100, 200]] = temperature * exponentials[0, [100, 200]].log()
+    assert kernel_draw(logits, temperature, torch.Generator().manual_seed(6)) is None
+    theirs, ours = torch.Generator().manual_seed(6), torch.Generator().manual_seed(6)
+    assert torch.equal(sampling.draw(logits, temperature, ours), torch_draw(logits, temperature, theirs))
+    assert torch.equal(ours.get_state(), theirs.get_state())
+
+
+@needs_kernels
+def test_a_row_the_kernel_declines_leaves_the_whole_call_to_torch():
+    # the second of two rows is a tie: the first row's draw must not be kept half-done
+    temperature = 1.0
+    generator = torch.Generator().manual_seed(8)
+    torch.empty(1, VOCABULARY, dtype=torch.float64).uniform_(generator=generator)  # row 1's draws
+    exponentials = sampling._exponential((1, VOCABULARY), generator)
+    logits = decoder_like_rows(torch.Generator().manual_seed(1), 2, spread=3.0)
+    logits[1] = -float("inf")
+    logits[1, [7, 70]] = exponentials[0, [7, 70]].log()
+    assert kernel_draw(logits, temperature, torch.Generator().manual_seed(8)) is None
+    theirs, ours = torch.Generator().manual_seed(8), torch.Generator().manual_seed(8)
+    assert torch.equal(sampling.draw(logits, temperature, ours), torch_draw(logits, temperature, theirs))
+    assert torch.equal(ours.get_state(), theirs.get_state())

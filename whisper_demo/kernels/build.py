@@ -1,4 +1,5 @@
-"""Builds the decoder's kernels (matmul.cpp, team.cpp; quantize.cpp for the int8 encoder)
+"""Builds the decoder's kernels (matmul.cpp, team.cpp; quantize.cpp for the int8 encoder;
+draw.cpp for the fallback's sampled tokens)
 with this machine's C++ compiler and loads them through ctypes, once per source and CPU:
 `library()` is the loaded library, or None where it cannot be had, and `describe_path()`
 says which path decoder steps take and why (logged once when the library is first asked for).
@@ -29,7 +30,7 @@ import threading
 from pathlib import Path
 from typing import Optional, Tuple
 
-SOURCES = [Path(__file__).with_name(name) for name in ("matmul.cpp", "quantize.cpp", "team.cpp")]
+SOURCES = [Path(__file__).with_name(name) for name in ("matmul.cpp", "quantize.cpp", "draw.cpp", "team.cpp")]
 HEADERS = [Path(__file__).with_name(name) for name in ("activations.h", "team.h")]
 _lib = None
 _error: Optional[str] = None
@@ -176,6 +177,9 @@ def _build() -> ctypes.CDLL:
     lib.dequantize.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p,
                                ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
     lib.dequantize.restype = None
+    lib.draw_rows.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_float, ctypes.c_void_p,
+                              ctypes.c_void_p]
+    lib.draw_rows.restype = ctypes.c_int
     lib.set_openmp_threads.argtypes = [ctypes.c_int]
     lib.set_openmp_threads.restype = None
     lib.openmp_threads.restype = ctypes.c_int
