@@ -1,8 +1,8 @@
 """Builds the decoder's kernels (matmul.cpp, team.cpp; quantize.cpp for the int8 encoder;
-draw.cpp for the fallback's sampled tokens)
-with this machine's C++ compiler and loads them through ctypes, once per source and CPU:
-`library()` is the loaded library, or None where it cannot be had, and `describe_path()`
-says which path decoder steps take and why (logged once when the library is first asked for).
+draw.cpp for the fallback's sampled tokens) with this machine's C++ compiler and loads them
+through ctypes, once per source and CPU: `library()` is the loaded library, or None where it
+cannot be had, and `describe_path()` says which path decoder steps take and why (logged once
+when the library is first asked for).
 
 The library is cached under models.cache_dir()/kernels, keyed by the sources, the CPU's
 flags and the compiler, so a change to any of them builds it again (and the old build is
