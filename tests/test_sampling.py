@@ -69,19 +69,6 @@ def test_draws_follow_the_probabilities():
 needs_kernels = pytest.mark.skipif(not kernels.available(), reason="the compiled kernels are not built here")
 
 
-def kernel_draw(logits, temperature, generator):
-    """kernels/draw.cpp's picks and the state it leaves, or None where it declines (and
-    leaves the generator untouched)."""
-    state = generator.get_state()
-    picks = torch.empty(logits.shape[0], dtype=torch.long)
-    declined = kernels.library().draw_rows(logits.data_ptr(), logits.shape[0], logits.shape[1], temperature,
-                                           state.data_ptr(), picks.data_ptr())
-    if declined:
-        return None
-    generator.set_state(state)
-    return picks
-
-
 @needs_kernels
 def test_a_decodes_own_generator_is_drawn_by_the_kernel(monkeypatch):
     assert sampling._kernel_draws_as_torch()
@@ -102,7 +89,7 @@ def test_the_kernel_draws_torchs_tokens_from_flat_to_peaked_rows(spread):
         logits = decoder_like_rows(rng, 1, spread)
         temperature = (0.2, 0.4, 0.6, 0.8, 1.0)[i % 5]
         expected = torch_draw(logits, temperature, theirs)
-        picks = kernel_draw(logits, temperature, ours)
+        picks = sampling._kernel_picks(logits, temperature, ours)
         if picks is None:
             declined += 1
             torch_draw(logits, temperature, ours)
@@ -120,7 +107,7 @@ def test_the_kernel_leaves_two_equal_ratios_to_torch():
     exponentials = sampling._exponential((1, VOCABULARY), torch.Generator().manual_seed(6))
     logits = torch.full((1, VOCABULARY), -float("inf"))
     logits[0, [100, 200]] = temperature * exponentials[0, [100, 200]].log()
-    assert kernel_draw(logits, temperature, torch.Generator().manual_seed(6)) is None
+    assert sampling._kernel_picks(logits, temperature, torch.Generator().manual_seed(6)) is None
     theirs, ours = torch.Generator().manual_seed(6), torch.Generator().manual_seed(6)
     assert torch.equal(sampling.draw(logits, temperature, ours), torch_draw(logits, temperature, theirs))
     assert torch.equal(ours.get_state(), theirs.get_state())
@@ -136,7 +123,7 @@ def test_a_row_the_kernel_declines_leaves_the_whole_call_to_torch():
     logits = decoder_like_rows(torch.Generator().manual_seed(1), 2, spread=3.0)
     logits[1] = -float("inf")
     logits[1, [7, 70]] = exponentials[0, [7, 70]].log()
-    assert kernel_draw(logits, temperature, torch.Generator().manual_seed(8)) is None
+    assert sampling._kernel_picks(logits, temperature, torch.Generator().manual_seed(8)) is None
     theirs, ours = torch.Generator().manual_seed(8), torch.Generator().manual_seed(8)
     assert torch.equal(sampling.draw(logits, temperature, ours), torch_draw(logits, temperature, theirs))
     assert torch.equal(ours.get_state(), theirs.get_state())

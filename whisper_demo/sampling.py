@@ -86,14 +86,28 @@ def _draw_in_kernel(logits: torch.Tensor, temperature: float,
     if (generator is None or logits.device.type != "cpu" or logits.dtype != torch.float32
             or generator.device.type != "cpu" or not _kernel_draws_as_torch()):
         return None
-    rows = logits.reshape(-1, logits.shape[-1]).contiguous()
-    picks = torch.empty(rows.shape[0], dtype=torch.long)
+    picks = _kernel_picks(logits.reshape(-1, logits.shape[-1]), temperature, generator)
+    return None if picks is None else picks.reshape(logits.shape[:-1])
+
+
+# the head of torch's CPU generator state that draw.cpp reads and writes: four fields, then
+# mt19937's 624 words as uint64
+_KERNEL_STATE_BYTES = 24 + 8 * 624
+
+
+def _kernel_picks(rows: torch.Tensor, temperature: float, generator: torch.Generator) -> Optional[torch.Tensor]:
+    """One kernel call over `rows` ([n, vocabulary]): the picks, with the generator moved on
+    as torch's draw would move it; None, the generator untouched, where the kernel declines."""
+    rows = rows.contiguous()
     state = generator.get_state()
+    if state.numel() < _KERNEL_STATE_BYTES:  # not the layout draw.cpp knows
+        return None
+    picks = torch.empty(rows.shape[0], dtype=torch.long)
     if kernels.library().draw_rows(rows.data_ptr(), rows.shape[0], rows.shape[1], temperature,
                                    state.data_ptr(), picks.data_ptr()):
         return None
     generator.set_state(state)
-    return picks.reshape(logits.shape[:-1])
+    return picks
 
 
 @lru_cache(maxsize=1)
@@ -106,14 +120,8 @@ def _kernel_draws_as_torch() -> bool:
     rows = torch.randn(3, 51_864, generator=torch.Generator().manual_seed(0)) * 6
     theirs, ours = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
     for temperature in (0.2, 1.0):
-        expected = _draw_with_torch(rows, temperature, theirs)
-        state = ours.get_state()
-        picks = torch.empty(3, dtype=torch.long)
-        if kernels.library().draw_rows(rows.data_ptr(), 3, rows.shape[1], temperature, state.data_ptr(),
-                                       picks.data_ptr()):
-            return False
-        ours.set_state(state)
-        if not torch.equal(picks, expected):
+        picks = _kernel_picks(rows, temperature, ours)
+        if picks is None or not torch.equal(picks, _draw_with_torch(rows, temperature, theirs)):
             return False
     return torch.equal(ours.get_state(), theirs.get_state())
 
