@@ -95,21 +95,6 @@ def test_a_time_in_a_piece_is_put_back_in_the_file():
     assert len(samples) == piece.length == 24 * S and samples[12 * S] == 28 * S
 
 
-def test_a_decode_stuck_in_a_loop_is_known_from_its_last_tokens():
-    from whisper_demo.fallback import is_looping
-
-    ts = 50000  # timestamp_begin: tokens from here are times
-    assert is_looping([7, 8] * 32, ts)  # "uh, uh, ..."
-    assert is_looping(list(range(100, 116)) * 4, ts)  # a 16-token sentence, four times
-    assert not is_looping(list(range(100, 117)) * 4, ts)  # 17 tokens: longer than a loop's period
-    assert not is_looping([7, 8] * 31 + [7], ts)  # under 64 text tokens
-    assert not is_looping([7, 8] * 31 + [9, 8], ts)  # the last token breaks it
-    # a loop of whole segments, each with later timestamps: the times are left out
-    looping_segments = [t for i in range(16) for t in (ts + 2 * i, 5, 6, 7, 8, ts + 2 * i + 1)]
-    assert is_looping(looping_segments, ts)
-    assert not is_looping(list(range(1000, 1200)), ts)  # speech: no run repeats
-
-
 @pytest.mark.parametrize("seed", range(5))
 def test_pieces_cover_every_region_in_order_and_none_is_over_the_limit(seed):
     rng = np.random.default_rng(seed)

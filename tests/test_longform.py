@@ -116,6 +116,23 @@ def test_a_window_that_fails_the_compression_test_samples_the_same_draws(tiny_mo
     assert_same(reference, unseeded)
 
 
+def test_each_retry_is_checked_against_the_attempt_before_it(tiny_model, streams):
+    # The retries above draw transcribe's samples; here: they took their logits from forwards
+    # over the attempt before them (speculative.py), and a window's first attempt, with no
+    # attempt before it, from its own steps.
+    events, _ = ours(tiny_model, streams["um_first"], compression_ratio_threshold=1.55)
+    drafted_in_first, drafted_in_retries, retrying = 0, 0, set()  # retrying: windows in a retry
+    for event in events:
+        if event.restart:
+            retrying.add(event.window)
+        if event.window in retrying:
+            drafted_in_retries += event.from_draft
+        else:
+            drafted_in_first += event.from_draft
+    assert drafted_in_first == 0
+    assert drafted_in_retries > 50  # five sampled retries of one window; at 0.2 most tokens agree
+
+
 # --- the same audio, the same words -----------------------------------------------------
 
 # um_first's second window fails this at every temperature: five sampled attempts

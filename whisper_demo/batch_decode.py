@@ -22,7 +22,7 @@ from whisper.tokenizer import Tokenizer
 from . import kernels
 from .batch_cache import BatchCache
 from .events import DecodeOptions
-from .fallback import is_looping
+from .repeats import is_looping
 from .logit_filters import WindowFilters
 from .runner import decoder_runner
 from .window_decode import ArgmaxGreedy, WindowOutcome, until_eot
@@ -120,7 +120,7 @@ class BatchDecode:
             self.outcomes[piece].no_speech_prob = sot_logits[row].softmax(-1)[no_speech].item()
 
     def _drop_finished(self) -> None:
-        """Rows whose piece just wrote end-of-text, or is stuck in a loop (fallback.is_looping:
+        """Rows whose piece just wrote end-of-text, or is stuck in a loop (repeats.is_looping:
         the row would hold the batch open to the window's last token for text transcribe's
         test fails): their outcome, and out of the batch."""
         ended = (self.tokens[:, -1] == self.tokenizer.eot).tolist()

@@ -17,7 +17,7 @@ Choices, and why:
   faster-whisper's batched pipeline decodes its pieces without one too.
 - Greedy at temperature 0 in the batch. A piece whose decode is a loop (all its tokens
   used, and over transcribe()'s compression ratio threshold; or stopped as one:
-  fallback.is_looping, so that one looping row does not hold its batch open to token
+  repeats.is_looping, so that one looping row does not hold its batch open to token
   224) is decoded again alone at rising temperatures, as transcribe does
   (DecodeOptions.temperature_fallback); other
   failures of transcribe's tests are kept (BatchedTranscription._fallback says why;
@@ -63,7 +63,7 @@ from .cache import WindowMemo
 from .decode_state import Returning, Stats, text
 from .encoder import FRAMES_PER_SECOND, encode, encoder_dtype, encoder_frames
 from .events import TIMESTAMP_SECONDS, DecodeOptions, DecodeResult, Segment, TokenEvent
-from .fallback import FALLBACK_TEMPERATURES, fails_tests, is_looping, is_silent
+from .fallback import FALLBACK_TEMPERATURES, fails_tests, is_silent
 from .pieces import (HEARD_MARGIN_SECONDS, MAX_PIECE_SECONDS, MIN_UNHEARD_SECONDS, Piece, Span, audio_regions,
                      regions_to_pieces, too_few_tokens, unheard_speech, voiced_length)
 from .timing import add_word_timestamps
@@ -329,28 +329,22 @@ class BatchedTranscription:
         for temperature in FALLBACK_TEMPERATURES[1:]:
             if not self._looped(outcome):
                 return outcome
-            outcome = self._attempt(features, temperature, memo, no_speech_prob=outcome.no_speech_prob)
+            outcome = self._attempt(features, temperature, memo, before=outcome)
             tried.append(outcome)
         return outcome if not self._looped(outcome) else min(
             tried, key=lambda o: o.compression_ratio(self.tokenizer))
 
     def _attempt(self, features: torch.Tensor, temperature: float, memo: WindowMemo,
-                 no_speech_prob: float) -> WindowOutcome:
-        """One sampled attempt at a piece alone, stopped where it is stuck in a loop (as the
-        batch stops its rows): such an attempt fails, and its last steps would be wasted."""
-        attempt = decode_window(self.model, features, self.tokenizer, self.options, self.language,
-                                temperature, [], generator=self.generator, memo=memo)
-        timestamp_begin = self.tokenizer.timestamp_begin
-        try:
-            while True:
-                step = next(attempt)
-                self.stats.latencies_ms.append(step.latency_ms)
-                if is_looping(step.window_tokens, timestamp_begin):
-                    attempt.close()
-                    return WindowOutcome(tokens=step.window_tokens, no_speech_prob=no_speech_prob,
-                                         temperature=temperature, looping=True)
-        except StopIteration as done:
-            return done.value
+                 before: WindowOutcome) -> WindowOutcome:
+        """One sampled attempt at a piece alone, drafted by the attempt `before` it and
+        stopped where it is stuck in a loop (as the batch stops its rows): such an attempt
+        fails, and its last steps would be wasted."""
+        attempt = Returning(decode_window(
+            self.model, features, self.tokenizer, self.options, self.language, temperature, [],
+            draft=before.tokens or None, generator=self.generator, memo=memo, stop_loops=True))
+        for step in attempt:
+            self.stats.latencies_ms.append(step.latency_ms)
+        return attempt.value
 
     def _looped(self, outcome: WindowOutcome) -> bool:
         """Whether a decode is a loop: stopped as one, or all its tokens used and too

@@ -33,6 +33,7 @@ from .encoder import encode, encoder_dtype, encoder_frames
 from .events import DecodeOptions, DecodeResult, Segment, StepAttention, TokenEvent
 from .fallback import best_failed, is_silent, needs_fallback, temperatures
 from .hallucination import last_word_end, skip_silence_around_hallucinations
+from .precision import keeps_transcribe_tokens
 from .timing import add_word_timestamps
 from .window_decode import RawAttention, Step, WindowOutcome, decode_window
 from .windowing import FRAMES_PER_SECOND, LogMel, seek_clips, split_segments, unfinished_segment
@@ -113,6 +114,15 @@ class Transcription:
         # the fallback's draws: from a generator of this decode's own (DecodeOptions.seed)
         self.generator = (None if options.seed is None
                           else torch.Generator(model.device).manual_seed(options.seed))
+        # The fast mode's tokens need not be transcribe's (precision.keeps_transcribe_tokens),
+        # so its fallback takes two rules of faster-whisper's where transcribe's cost time or
+        # words: an attempt stuck in a loop is stopped where the loop is plain, when the
+        # compression test would send the window to a retry anyway; and when every
+        # temperature fails, the best attempt is kept (DecodeOptions.fallback_keeps_best), not
+        # the one sampled at 1.0 (whose junk can end the window early and drop its speech).
+        fast = not keeps_transcribe_tokens(options.precision)
+        self.stop_loops = fast and options.temperature_fallback and options.compression_ratio_threshold is not None
+        self.keeps_best_attempt = fast or options.fallback_keeps_best
         self.stats = Stats()
         self.language = options.language
         self.tokenizer = None  # once the language is known (the first window)
@@ -167,11 +177,15 @@ class Transcription:
         outcome = best = None
         memo = WindowMemo()  # what every attempt at this window computes alike
         for attempt, temperature in enumerate(temperatures(options)):
-            outcome = yield from self._attempt(window, temperature, memo, restart=attempt > 0)
+            # A retry is drafted by the attempt before it: at 0.2 a sampled decode mostly
+            # says what the greedy one said, and a draft pass checks many such tokens in one
+            # forward. Its draws stay those of the retry alone (window_decode._verifier).
+            draft = _retry_draft(outcome) if outcome is not None else None
+            outcome = yield from self._attempt(window, temperature, memo, restart=attempt > 0, draft=draft)
             self.stats.add_attempt(outcome)
             if not needs_fallback(outcome, self.tokenizer, options):
                 break
-            if options.fallback_keeps_best:
+            if self.keeps_best_attempt:
                 best = best_failed(best, outcome, self.tokenizer, options)
             self.transcript = window.text_before  # the retry replaces this window's text
         else:  # every temperature failed
@@ -214,15 +228,19 @@ class Transcription:
                                        language=self.language, task=options.task)
         self.prompt.start(self.tokenizer)
 
-    def _attempt(self, window: Window, temperature: float, memo: WindowMemo,
-                 restart: bool) -> Generator[TokenEvent, None, WindowOutcome]:
-        """One decode of the window at one temperature: a TokenEvent per step."""
+    def _attempt(self, window: Window, temperature: float, memo: WindowMemo, restart: bool,
+                 draft: Optional[List[int]] = None) -> Generator[TokenEvent, None, WindowOutcome]:
+        """One decode of the window at one temperature: a TokenEvent per step. `draft`: the
+        tokens a retry is expected to write (else, for the audio's start, the options')."""
         options = self.options
         first = window.seek == 0  # the draft and the prefix are said of the audio's start
+        if draft is None and first:
+            draft = options.draft_tokens
         decoding = Returning(decode_window(
             self.model, window.features, self.tokenizer, options, self.language, temperature,
-            self.prompt.tokens(), draft=options.draft_tokens if first else None,
-            prefix=options.prefix_tokens if first else None, generator=self.generator, memo=memo))
+            self.prompt.tokens(), draft=draft,
+            prefix=options.prefix_tokens if first else None, generator=self.generator, memo=memo,
+            stop_loops=self.stop_loops))
         for decoded in decoding:
             yield self._event(window, decoded, restart)
             restart = False
@@ -333,6 +351,13 @@ class Transcription:
         transcript = text(self.tokenizer, self.prompt.said) if self.tokenizer else ""
         return self.stats.result(transcript, self.segments, self.language or "en", self.options,
                                  self.no_speech_prob)
+
+
+def _retry_draft(outcome: WindowOutcome) -> Optional[List[int]]:
+    """What the attempt before a retry wrote, after the prefix it was given (the retry is
+    given that prefix too): the retry's draft."""
+    written = outcome.tokens[outcome.prefix_given:]
+    return written or None
 
 
 def _ends_single_timestamp(tokens: List[int], tokenizer) -> bool:

@@ -59,7 +59,8 @@ class DecodeOptions:
     # does, instead of the last one (transcribe): the last is sampled at 1.0, and on hard
     # speech it is noise ("Montreal. First." at 0.0, just under the log-probability
     # threshold, became "Deborah and Tim... tick tick tick" at 1.0). The live final pass
-    # uses it; off by default, so that decodes equal transcribe's.
+    # and the fast mode use it; off by default in the exact mode, so that decodes equal
+    # transcribe's.
     fallback_keeps_best: bool = False
     # A window is judged silent on P(no speech) alone at its first step, before any token is
     # shown, instead of after decoding it (transcribe). Saves decoding silence.

@@ -11,37 +11,13 @@ Pure functions over window_decode's WindowOutcome and the user's DecodeOptions.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 from .events import DecodeOptions
 from .window_decode import WindowOutcome
 
 # openai-whisper transcribe()'s temperatures for retrying a window that failed
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-
-
-# A greedy decode stuck in a loop ("uh, uh, uh, ..." or one sentence over and over) runs to
-# the window's last token (224) before transcribe's test sees it. Where its last LOOP_TOKENS
-# text tokens are one run of at most LOOP_PERIOD tokens repeated, it is stopped there: the
-# test would fail it anyway (a ratio of 10-26 where the threshold is 2.4), and in a batch
-# every step it takes holds the batch open. Real speech that repeats ("Montreal forced
-# aligner" said again and again, compression ratio 2.9-3.7 over a window) varies more
-# than that over 64 tokens.
-LOOP_TOKENS = 64
-LOOP_PERIOD = 16
-
-
-def is_looping(tokens: Sequence[int], timestamp_begin: int, window: int = LOOP_TOKENS,
-               max_period: int = LOOP_PERIOD) -> bool:
-    """Whether the last `window` text tokens of `tokens` (timestamps left out: a loop's
-    segments each get later times) repeat one run of at most `max_period` tokens."""
-    if len(tokens) < window:  # before the filter: this runs every step of every row
-        return False
-    text = [t for t in tokens if t < timestamp_begin]
-    if len(text) < window:
-        return False
-    tail = text[-window:]
-    return any(tail[period:] == tail[:-period] for period in range(1, max_period + 1))
 
 
 def temperatures(options: DecodeOptions) -> Tuple[float, ...]:
@@ -59,8 +35,8 @@ def fails_tests(outcome: WindowOutcome, tokenizer, options: DecodeOptions) -> bo
     (compression ratio) or too unlikely (average log probability), unless silent."""
     if outcome.silent:
         return False
-    repetitive = (options.compression_ratio_threshold is not None
-                  and outcome.compression_ratio(tokenizer) > options.compression_ratio_threshold)
+    repetitive = options.compression_ratio_threshold is not None and (
+        outcome.looping or outcome.compression_ratio(tokenizer) > options.compression_ratio_threshold)
     improbable = options.logprob_threshold is not None and outcome.avg_logprob < options.logprob_threshold
     no_speech = options.no_speech_threshold is not None and outcome.no_speech_prob > options.no_speech_threshold
     return (repetitive or improbable) and not (no_speech and improbable)  # silence is no failure
@@ -73,7 +49,8 @@ def best_failed(best: Optional[WindowOutcome], outcome: WindowOutcome, tokenizer
     log probability. The other lets go of its cross-attention K/V."""
     def key(attempt: WindowOutcome):
         threshold = options.compression_ratio_threshold
-        return (threshold is None or attempt.compression_ratio(tokenizer) <= threshold, attempt.avg_logprob)
+        repetitive = attempt.looping or (threshold is not None and attempt.compression_ratio(tokenizer) > threshold)
+        return (not repetitive, attempt.avg_logprob)
 
     if best is None:
         return outcome

@@ -36,6 +36,15 @@ def precision_with_cache(name: str, cache: str) -> str:
     return "exact" if cache == "hooks" else name
 
 
+def keeps_transcribe_tokens(name: str) -> bool:
+    """Whether decodes in this precision keep openai-whisper's tokens even where its rules
+    cost time or words: exact does. The fast mode's tokens may differ anyway, so its
+    fallback stops an attempt stuck in a loop where the loop is plain (repeats.py) instead
+    of decoding it to the window's last token only to retry it, and keeps the best attempt
+    when all fail (decode.Transcription)."""
+    return name == "exact"
+
+
 def live_precision(model) -> str:
     """What live decodes use unless told otherwise: the fast mode (bfloat16 encoder, int8
     decoder) on the CPU, where its encoder takes about a quarter of exact's and every

@@ -31,7 +31,8 @@ from . import sampling
 from .cache import make_cache
 from .events import DecodeOptions
 from .logit_filters import WindowFilters
-from .speculative import DraftVerifier, usable_draft
+from .repeats import is_looping
+from .speculative import SAMPLED_FIRST_PASS, DraftVerifier, usable_draft
 
 
 @dataclass
@@ -49,7 +50,7 @@ class WindowOutcome:
     draft_accepted: int = 0  # of those, confirmed by the model
     draft_passes: int = 0  # decoder forwards that checked draft tokens
     prefix_given: int = 0  # tokens the window's transcript was given to start with
-    looping: bool = False  # stopped before its end: its last tokens repeat (fallback.is_looping)
+    looping: bool = False  # stopped before its end: its last tokens repeat (repeats.is_looping)
     # the decode's cross-attention K/V, kept for word timing when it can use them as they
     # are (saves projecting the audio again: ~18 ms of a tiny.en live re-decode)
     cross_kv: Optional[list] = None
@@ -130,8 +131,8 @@ def _append_picks(tokens, logits, next_tokens, sum_logprobs, eot: int):
 
 def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOptions, language: str,
                   temperature: float, previous_tokens: List[int], draft=None,
-                  prefix=None, generator: Optional[torch.Generator] = None, memo=None
-                  ) -> Generator[Step, None, WindowOutcome]:
+                  prefix=None, generator: Optional[torch.Generator] = None, memo=None,
+                  stop_loops: bool = False) -> Generator[Step, None, WindowOutcome]:
     """openai-whisper's DecodingTask._main_loop as a generator over steps.
 
     Yields a Step per decoder step and returns the window's WindowOutcome. The cache is
@@ -155,9 +156,12 @@ def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOp
     memo: a cache.WindowMemo shared by the attempts at this window (decode.py's fallback):
     the audio's cross-attention K/V and the first forward over the same tokens are
     computed once for them all, to the same numbers.
+
+    stop_loops: end the decode where its last tokens are a plain loop (repeats.is_looping):
+    the outcome is marked `looping`, its tokens those up to there.
     """
     window = WindowDecode(model, audio_features, tokenizer, options, language, temperature,
-                          previous_tokens, draft, prefix, generator, memo)
+                          previous_tokens, draft, prefix, generator, memo, stop_loops)
     return (yield from window.steps())
 
 
@@ -169,7 +173,7 @@ class WindowDecode:
 
     def __init__(self, model, audio_features, tokenizer: Tokenizer, options: DecodeOptions,
                  language: str, temperature: float, previous_tokens: List[int], draft, prefix,
-                 generator: Optional[torch.Generator], memo=None):
+                 generator: Optional[torch.Generator], memo=None, stop_loops: bool = False):
         self.model, self.audio_features, self.tokenizer = model, audio_features, tokenizer
         self.options = options
         self.outcome = WindowOutcome(temperature=temperature)
@@ -188,6 +192,7 @@ class WindowDecode:
         self.sum_logprobs = torch.zeros(self.task.n_group, device=audio_features.device)
         self.completed = False
         self.verifier = self._verifier(draft, temperature)
+        self.stop_loops = stop_loops
 
     def _decoding_task(self, language: str, temperature: float) -> DecodingTask:
         options = self.options
@@ -228,15 +233,18 @@ class WindowDecode:
         return cache
 
     def _verifier(self, draft, temperature: float) -> Optional[DraftVerifier]:
-        """The draft's checker, where it applies: greedy, the static cache (other caches
-        cannot drop rejected positions), no attention wanted (a draft pass covers several
-        steps: no per-step weights)."""
+        """The draft's checker, where it applies: one hypothesis (greedy, or sampling one
+        sequence: a sampled step's draw is made from its row's logits as in its own step,
+        from the same generator in the same order, so the draft changes no draw), the
+        static cache (other caches cannot drop rejected positions), no attention wanted (a
+        draft pass covers several steps: no per-step weights)."""
         options = self.options
-        if not (options.cache == "static" and options.beam_size == 1 and temperature == 0 and draft
+        if not (options.cache == "static" and not self.beam and self.task.n_group == 1 and draft
                 and not options.attention):
             return None
         return DraftVerifier(usable_draft(draft, self.tokenizer, self.model.dims.n_vocab), self.cache,
-                             self.audio_features, self.task.sot_index, self.tokenizer)
+                             self.audio_features, self.task.sot_index, self.tokenizer,
+                             first_pass=SAMPLED_FIRST_PASS if temperature > 0 else None)
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -250,6 +258,9 @@ class WindowDecode:
                     return self.outcome
                 yield step
                 if self.completed or self.tokens.shape[-1] > self.n_ctx:
+                    break
+                if self.stop_loops and is_looping(step.window_tokens, self.tokenizer.timestamp_begin):
+                    self.outcome.looping = True
                     break
             return self._finish()
         finally:
