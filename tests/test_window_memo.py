@@ -55,7 +55,7 @@ def test_the_attempts_at_a_window_share_its_keys_values_and_first_forward(tiny_m
     counts = _counting(monkeypatch, decoder_runner(tiny_model, precision))
 
     events, shared = _run(tiny_model, audio, options)
-    assert {s.temperature for s in shared.segments} == {1.0}  # all six attempts ran
+    assert sum(e.restart for e in events) == 5  # all six attempts ran (the fast mode keeps the best)
     assert counts == {"cross_kv": 1, "first_forwards": 1}  # once for the six
 
     monkeypatch.setattr(decode, "WindowMemo", lambda: None)  # each attempt on its own

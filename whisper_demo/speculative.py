@@ -125,6 +125,14 @@ class DraftVerifier:
             return self.rows(0), sot_logits
         return self.rows(self.row), None
 
+    def follow(self, tokens: Tensor) -> None:
+        """After a step that took its logits elsewhere picked tokens[0, -1] (a retry's first
+        step, from the window's shared first forward): the draft moves past that pick."""
+        if self.expected < len(self.draft):
+            pick = tokens[0, -1].item()
+            self.expected = (self.expected + 1 if pick == self.draft[self.expected]
+                             else realign(self.draft, self.expected, pick, self.tokenizer))
+
     def check(self, tokens: Tensor) -> bool:
         """After a step that used this draft's logits picked tokens[0, -1]: whether the pick
         is the draft's token. The pass ends at a difference or at its last row; after a

@@ -192,6 +192,10 @@ class WindowDecode:
         self.sum_logprobs = torch.zeros(self.task.n_group, device=audio_features.device)
         self.completed = False
         self.verifier = self._verifier(draft, temperature)
+        # A sampled retry's first step takes the forward over the prompt that every attempt
+        # at the window shares (cache.WindowMemo) rather than a draft pass, which would run
+        # that prompt again; its draft is checked from the second step on.
+        self.first_checked_step = 1 if temperature > 0 else 0
         self.stop_loops = stop_loops
 
     def _decoding_task(self, language: str, temperature: float) -> DecodingTask:
@@ -277,6 +281,8 @@ class WindowDecode:
             read = self.tokens  # the hypotheses this step's forward ran
             self.tokens, self.completed = self.task.decoder.update(self.tokens, logits, self.sum_logprobs)
             from_draft = from_verifier and self.verifier.check(self.tokens)
+            if self.verifier and i < self.first_checked_step:
+                self.verifier.follow(self.tokens)
         latency_ms = (time.perf_counter() - started) * 1000
         return self._record(read, latency_ms, from_draft)
 
@@ -286,7 +292,8 @@ class WindowDecode:
         task = self.task
         # draft tokens a pass may check: steps left, and positions left in the cache
         room = min(task.sample_len - i, self.n_ctx - self.tokens.shape[1])
-        from_verifier = self.verifier.logits(self.tokens, room) if self.verifier else None
+        checked = self.verifier and i >= self.first_checked_step
+        from_verifier = self.verifier.logits(self.tokens, room) if checked else None
         if from_verifier:
             last_logits, sot_logits = from_verifier
         else:
