@@ -49,6 +49,17 @@ def clip():
     return load
 
 
+@pytest.fixture(scope="session")
+def jfk_features(tiny_model, clip):
+    """tiny.en's encoder output for jfk.wav, one 30 s window as transcribe pads it."""
+    from whisper.audio import N_SAMPLES, log_mel_spectrogram, pad_or_trim
+
+    mel = log_mel_spectrogram(torch.from_numpy(clip("jfk.wav")), padding=N_SAMPLES)
+    mel = pad_or_trim(mel[:, : mel.shape[-1] - N_SAMPLES // 160], 3000)
+    with torch.inference_mode():
+        return tiny_model.encoder(mel.unsqueeze(0))
+
+
 # --- the page in Chromium (test_browser.py, test_page_browser.py: each starts its `server`)
 
 

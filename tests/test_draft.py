@@ -5,7 +5,6 @@ On the real tiny.en model and real speech."""
 import numpy as np
 import pytest
 import torch
-from whisper.audio import N_SAMPLES, log_mel_spectrogram, pad_or_trim
 from whisper.tokenizer import get_tokenizer
 
 from whisper_demo.cache import StaticCache
@@ -14,14 +13,6 @@ from whisper_demo.speculative import realign, usable_draft
 from decoding import decode_all
 
 SOT_AND_TEXT = [50257, 50363, 383, 1893, 286, 262, 1578, 1829, 11, 616, 3397]  # tiny.en: SOT, <|0.00|>, text
-
-
-@pytest.fixture(scope="module")
-def jfk_features(tiny_model, clip):
-    mel = log_mel_spectrogram(torch.from_numpy(clip("jfk.wav")), padding=N_SAMPLES)
-    mel = pad_or_trim(mel[:, : mel.shape[-1] - N_SAMPLES // 160], 3000)
-    with torch.inference_mode():
-        return tiny_model.encoder(mel.unsqueeze(0))
 
 
 def _buffers(runner, n_beams=1):

@@ -4,7 +4,7 @@ tiny.en model on real speech."""
 
 import pytest
 import torch
-from whisper.audio import N_SAMPLES, log_mel_spectrogram, pad_or_trim
+from whisper.audio import N_SAMPLES
 from whisper.tokenizer import get_tokenizer
 
 from whisper_demo.decode import Transcription
@@ -57,15 +57,7 @@ def test_of_failed_attempts_one_stopped_as_a_loop_is_kept_last():
     assert best_failed(improbable, stopped, _Tokenizer(), options) is improbable
 
 
-# --- where a decode stops at its loop (tiny.en, real speech) --------------------------------
-
-@pytest.fixture(scope="module")
-def jfk_features(tiny_model, clip):
-    mel = log_mel_spectrogram(torch.from_numpy(clip("jfk.wav")), padding=N_SAMPLES)
-    mel = pad_or_trim(mel[:, : mel.shape[-1] - N_SAMPLES // 160], 3000)
-    with torch.inference_mode():
-        return tiny_model.encoder(mel.unsqueeze(0))
-
+# --- where a decode stops at its loop (tiny.en, real speech: conftest.jfk_features) -------
 
 def _decode(model, features, stop_loops: bool, prefix) -> WindowOutcome:
     tokenizer = get_tokenizer(False)

@@ -139,10 +139,11 @@ def decode_window(model, audio_features, tokenizer: Tokenizer, options: DecodeOp
     released on every way out, including when the consumer closes the generator.
 
     draft: tokens this window is expected to start with (DecodeOptions.draft_tokens).
-    With greedy decoding and the static cache, the steps take their logits from forwards
+    With one hypothesis (greedy, or one sampled sequence: a fallback retry, drafted by the
+    attempt before it) and the static cache, the steps take their logits from forwards
     over the draft (speculative.DraftVerifier) while it agrees with the model, and from
-    their own forward otherwise. Each step still filters its logits and picks its token
-    exactly as below, so the picks are the greedy decode's either way.
+    their own forward otherwise. Each step still filters its logits and picks (or draws)
+    its token exactly as below, so the tokens are the decode's own either way.
 
     prefix: tokens the window's transcript begins with (DecodeOptions.prefix_tokens),
     given rather than decoded: they go into the first forward with the start-of-transcript
