@@ -2,8 +2,9 @@
 
 transcribe() learns that a window looped only when its decode has used all its tokens
 (224), from the compression ratio of its text. window_decode.py stops such a decode
-where the loop is plain (DecodeOptions: where a retry follows and the tokens need not be
-transcribe's), and batch_decode.py stops a looping row of a batch.
+where the loop is plain when asked (decode.Transcription asks where a retry follows and the
+tokens need not be transcribe's; batched.py for its retries), and batch_decode.py stops a
+looping row of a batch.
 """
 
 from typing import Sequence
