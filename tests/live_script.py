@@ -96,10 +96,12 @@ class FinalScript:
         self.answers = list(answers)
         # (buffer seconds, prompt, given words, given tokens)
         self.calls: List[Tuple[float, Optional[str], Tuple[str, ...], Optional[Tuple[int, ...]]]] = []
+        self.drafts: List[Optional[Tuple[int, ...]]] = []  # each call's draft
 
-    def __call__(self, audio, prompt, given=None):
+    def __call__(self, audio, prompt, given=None, draft=None):
         given_words = given.prefix.words if given else ()
         self.calls.append((round(audio.size / SR, 3), prompt, given_words, given.tokens if given else None))
+        self.drafts.append(None if draft is None else tuple(draft))
         new = self.answers.pop(0) if self.answers else []
         # the given words come back first, as the real decode writes them (placed before the new ones)
         start = given.prefix.start if given else 0.0

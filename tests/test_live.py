@@ -21,15 +21,19 @@ SR = 16000
 
 
 class CommitLog:
-    """Checks, at every update, that the final text only grows at its end and the
-    committed text opens with it (the streamed words after it may be revised)."""
+    """Checks, at every update, that the final text changes only from where a final pass
+    wrote (the words before that stay as they were; a pass may write again the final words
+    of the buffer it heard afresh: LiveConfig.rewrite_final_words) and that the committed
+    text opens with it (the streamed words after it may be revised)."""
 
     def __init__(self):
         self.final = ()
         self.updates = []
 
     def check(self, update: LiveUpdate):
-        assert update.final_words[:len(self.final)] == self.final, (self.final, update.final_words)
+        revision = update.revision
+        unchanged = len(self.final) if revision is None else min(revision.first, len(self.final))
+        assert update.final_words[:unchanged] == self.final[:unchanged], (self.final, update.final_words)
         assert update.committed.startswith(update.final_text), (update.final_text, update.committed)
         self.final = update.final_words
         self.updates.append(update)

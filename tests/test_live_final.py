@@ -43,16 +43,18 @@ def _span_in(stream: np.ndarray, audio: np.ndarray) -> tuple:
     return max(0, start), starts[0] + body.size
 
 
+@pytest.mark.parametrize("rewrite", [True, False])
 def test_a_final_pass_is_the_plain_offline_decode_of_its_audio_with_its_prompt_and_given_words(
-        tiny_model, clip, monkeypatch):
+        tiny_model, clip, monkeypatch, rewrite):
     """Two recordings with a pause between them, the buffer cut after the first (a short
     cut_after_seconds): the first recording's final pass is given nothing, the ones after
-    are prompted with the final text before them, and a pass over a buffer that already
-    holds final words goes on from the tokens the pass before wrote for them (its prefix,
-    timestamps included). Every decode writes exactly the tokens of a plain decode
-    (transcribe, the default options: openai-whisper's, test_longform.py) of the same audio
-    with the same prompt and prefix; and that audio is the utterance's own: one slice of
-    the stream, inside the recording it belongs to."""
+    the cut are prompted with the final text before them. A pass over a buffer that already
+    holds final words hears it afresh with the pass before's tokens as its draft
+    (LiveConfig.rewrite_final_words), or, told not to, goes on from the tokens the pass
+    before wrote for them (its prefix, timestamps included). Every decode writes exactly
+    the tokens of a plain decode (transcribe, the default options: openai-whisper's,
+    test_longform.py) of the same audio with the same prompt and prefix, no draft; and that
+    audio is the utterance's own: one slice of the stream, inside the recording it belongs to."""
     calls = []  # (audio heard, options, its DecodeResult) of every final-pass decode
     real = decoders_module.stream_transcribe
 
@@ -72,7 +74,8 @@ def test_a_final_pass_is_the_plain_offline_decode_of_its_audio_with_its_prompt_a
     first, second = clip("short_3s.wav"), clip("jfk.wav")
     stream = np.concatenate([silence[:SR // 2], first, silence, second, silence])
     second_starts = SR // 2 + first.size + silence.size
-    session = model_session(tiny_model, DecodeOptions(), LiveConfig(cut_after_seconds=6.0, cut_keep_seconds=1.0))
+    session = model_session(tiny_model, DecodeOptions(), LiveConfig(cut_after_seconds=6.0, cut_keep_seconds=1.0,
+                                                                     rewrite_final_words=rewrite))
     for start in range(0, stream.size, SR // 10):
         session.add_samples(stream[start:start + SR // 10])
         list(session.updates())
@@ -81,9 +84,15 @@ def test_a_final_pass_is_the_plain_offline_decode_of_its_audio_with_its_prompt_a
     unprompted = [c for c in calls if c[1].prompt is None and c[1].prefix_tokens is None]
     prompted = [c for c in calls if c[1].prompt is not None]
     given = [c for c in calls if c[1].prefix_tokens]
-    assert len(unprompted) == 1 and prompted and given  # every kind of final decode was made
-    assert "door" in prompted[0][1].prompt.lower()
-    assert any(t >= 50257 for t in given[0][1].prefix_tokens)  # the timestamps the pass before wrote
+    drafted = [c for c in calls if c[1].draft_tokens]
+    assert prompted and "door" in prompted[0][1].prompt.lower()
+    if rewrite:  # a later pass of a buffer hears it from its start, drafted by the pass before
+        assert not given and drafted
+        earlier_tokens = [tuple(c[2].tokens) for c in calls]
+        assert all(tuple(c[1].draft_tokens) in earlier_tokens for c in drafted)  # a decode before it wrote it
+    else:
+        assert len(unprompted) == 1 and given and not drafted  # every kind of final decode was made
+        assert any(t >= 50257 for t in given[0][1].prefix_tokens)  # the timestamps the pass before wrote
     for heard_audio, options, mine in calls:
         start, end = _span_in(stream, heard_audio)
         inside_first = end <= second_starts

@@ -19,6 +19,9 @@ from whisper_demo.ui.render.live_view import stats_html
 AGREEMENT = LiveConfig(policy="agreement", min_new_seconds=1.0, min_vote_seconds=0.0, right_context_seconds=0.3,
                        pad_lead_in=False)  # timings as scripted (test_live_final: the lead-in put in)
 LATE = [("It", 0.1, 0.3), ("is", 0.3, 0.6), ("late", 0.6, 1.9)]
+# a final pass given the buffer's final words as its transcript's start, writing only what
+# follows them (LiveConfig.rewrite_final_words=False)
+GIVEN = LiveConfig(**{**AGREEMENT.__dict__, "rewrite_final_words": False})
 
 
 def session_of(script, final=None, config=AGREEMENT, **args):
@@ -81,7 +84,7 @@ def test_the_next_utterance_is_given_the_final_words_with_the_tokens_their_pass_
     # voice; their words' times are relative to that), the final words before as prompt.
     script = Script(LATE[:2], LATE, [("We", 0.4, 0.7)], [("We", 0.2, 0.5)])
     final = FinalScript(IT_IS_LATE, [("We", 2.9, 3.2), ("go.", 3.2, 3.7)], [("Now.", 5.9, 6.6)])
-    feed = Feed(session_of(script, final))
+    feed = Feed(session_of(script, final, GIVEN))
     feed(loud(2.0), step=1.0)(quiet(0.8))(loud(1.0), step=1.0)(quiet(2.2))(loud(1.0), step=1.0)(quiet(0.8))
     assert len(feed.final_passes()) == 3 and feed.session.buffer.offset == 0
     # given the first utterance's final words and the tokens that pass wrote for them
@@ -98,12 +101,43 @@ def test_the_next_utterance_is_given_the_final_words_with_the_tokens_their_pass_
     assert feed.session.final_text == "It's late. We go. Now."
 
 
+def test_a_pass_that_rewrites_the_buffer_hears_it_afresh_and_may_write_its_final_words_again():
+    # LiveConfig.rewrite_final_words: the second pass is given no words, the first pass's
+    # tokens as its draft, and what it writes replaces the buffer's final words too
+    script = Script(LATE[:2], LATE, [("We", 0.4, 0.7)], [("We", 0.2, 0.5)])
+    final = FinalScript(IT_IS_LATE, [("It", 0.1, 0.3), ("is", 0.3, 0.6), ("late.", 0.6, 1.9),
+                                     ("We", 2.9, 3.2), ("go.", 3.2, 3.7)])
+    config = LiveConfig(**{**AGREEMENT.__dict__, "rewrite_final_words": True})
+    feed = Feed(session_of(script, final, config))
+    feed(loud(2.0), step=1.0)(quiet(0.8))(loud(1.0), step=1.0)(quiet(0.8))
+    assert [call[2:] for call in final.calls] == [((), None), ((), None)]  # nothing given
+    assert final.drafts == [None, (1, 2)]  # the first pass's tokens
+    _, second = feed.final_passes()[1]
+    assert second.final_words == ("It", "is", "late.", "We", "go.")
+    assert second.revision.first == 0 and second.revision.reopened == ("It's", "late.")
+    assert second.revision.rewritten == 1 and second.revision.tentative == ("We",)
+    assert feed.session.final_text == "It is late. We go." and second.stats.lost_words == 0
+
+
+def test_a_rewriting_pass_that_writes_nothing_goes_on_after_the_final_words_never_alone():
+    # the second pass hears the buffer afresh and writes nothing: continued from the final
+    # words' end with them as the prompt, then from 0.3 s before the second voice (as a
+    # pass given them is: the test below); nothing is decoded alone, nothing is lost
+    script = Script(LATE[:2], LATE, [("We", 0.4, 0.7)], [("We", 0.4, 0.7), ("go", 0.7, 1.0)])
+    final = FinalScript(IT_IS_LATE, [], [], [("We", 0.3, 0.6), ("go.", 0.6, 1.2)])
+    feed = Feed(session_of(script, final))
+    feed(loud(2.0), step=1.0)(quiet(0.8))(loud(1.0), step=1.0)(quiet(0.8))
+    assert [call[1] for call in final.calls] == [None, None, "It's late.", "It's late."]
+    assert final.calls[2][0] == pytest.approx(final.calls[1][0] - 1.9)
+    assert feed.session.final_text == "It's late. We go."
+
+
 def test_a_final_pass_that_stops_after_the_given_words_is_continued_from_their_end():
     # tiny.en, given the words before, wrote the end of text where the speaker went on:
     # the rest is decoded as transcribe decodes its next window, from the given words' end
     script = Script(LATE[:2], LATE, [("We", 2.9, 3.2)])
     final = FinalScript(IT_IS_LATE, [], [("We", 0.1, 0.4), ("go.", 0.4, 0.9)])
-    feed = Feed(session_of(script, final))
+    feed = Feed(session_of(script, final, GIVEN))
     feed(loud(2.0), step=1.0)(quiet(0.8))(loud(1.0), step=1.0)(quiet(0.8))
     assert final.calls[2][1:] == ("It's late.", (), None) and final.calls[2][0] == pytest.approx(4.308 - 1.9)
     assert feed.session.final_text == "It's late. We go."
@@ -146,7 +180,7 @@ def test_a_final_pass_that_writes_nothing_is_retried_with_context_never_alone_an
     # voice, with the text before as the prompt (never alone: tiny.en writes "You" there)
     script = Script(LATE[:2], LATE, [("We", 0.4, 0.7)], [("We", 0.4, 0.7), ("go", 0.7, 1.0)])
     final = FinalScript(IT_IS_LATE, [], [], [("We", 0.3, 0.6), ("go.", 0.6, 1.2)])
-    feed = Feed(session_of(script, final))
+    feed = Feed(session_of(script, final, GIVEN))
     feed(loud(2.0), step=1.0)(quiet(0.8))(loud(1.0), step=1.0)(quiet(0.8))
     # the second voice starts in the frame from 2.784 s: decoded from 2.484 s, prompted
     assert [(c[1], c[2]) for c in final.calls[1:]] == [(None, ("It's", "late.")), ("It's late.", ()),
@@ -156,7 +190,7 @@ def test_a_final_pass_that_writes_nothing_is_retried_with_context_never_alone_an
     # when that writes nothing too, no final word covers the streamed ones: they are not
     # revised away (nothing is lost) and become final as they are at the end
     script = Script(LATE[:2], LATE)
-    feed = Feed(session_of(script, FinalScript([], [])))
+    feed = Feed(session_of(script, FinalScript([], []), GIVEN))
     feed(loud(2.0), step=1.0)(quiet(1.0))
     [(_, update)] = feed.final_passes()
     assert update.final_words == () and update.revision.revised == 0 and update.streamed == "It is"

@@ -156,3 +156,33 @@ def test_a_streamed_word_a_final_pass_wrote_around_stays_unless_heard_in_silence
                       rescue=lambda w: False)
     assert transcript.final_text == "Pity the bee." and [w.text for w in transcript.silent] == ["you"]
     assert transcript.lost == []
+
+
+def test_a_pass_that_heard_the_buffer_afresh_may_write_its_final_words_again():
+    # an earlier pass made "DOW one." final; the streamed pass committed "Dial two." after it
+    transcript = committed("You@0-0.3 have@0.3-0.6", at=1.0)
+    transcript.revise(words("You@0-0.3 have@0.3-0.6"), None, at=2.0)  # before the buffer: final for good
+    transcript.apply(Decision(tuple(words("DOW@1.0-1.3 one.@1.3-1.6")), ()), 3.0)
+    transcript.revise(words("DOW@1.0-1.3 one.@1.3-1.6"), None, at=4.0)
+    transcript.apply(Decision(tuple(words("Dial@2.0-2.3 two.@2.3-2.6")), ()), 5.0)
+    reopen_from = transcript.final_count - 2  # the buffer's final words: "DOW one."
+    revision, shown_new = transcript.revise(words("Dial@1.0-1.3 one.@1.3-1.6 Dial@2.0-2.3 two.@2.3-2.6"),
+                                            None, at=6.0, covered_to=2.6, reopen_from=reopen_from)
+    assert transcript.final_text == "You have Dial one. Dial two." and transcript.final_count == 6
+    # the words it wrote again as they were keep when and how they were first shown
+    assert table(transcript) == [("You", 1.0, STREAMED, True), ("have", 1.0, STREAMED, True),
+                                 ("Dial", 6.0, FINAL_PASS, True), ("one.", 3.0, STREAMED, True),
+                                 ("Dial", 5.0, STREAMED, True), ("two.", 5.0, STREAMED, True)]
+    assert revision.first == 2 and revision.changed == (0,) and [w.text for w in shown_new] == ["Dial"]
+    # the final words it heard again are told apart from the streamed ones it judged
+    assert (revision.reopened, revision.rewritten) == (("DOW", "one."), 1)
+    assert (revision.streamed, revision.revised, revision.was) == (("Dial", "two."), 0, "Dial two.")
+    assert transcript.lost == []
+
+
+def test_a_final_word_the_fresh_pass_left_out_stays_where_voice_was_heard():
+    transcript = committed("Pity@1.0-1.3 the@1.3-1.5 glutton@2.7-3.2 be.@3.6-4.0", at=1.0)
+    transcript.revise(words("Pity@1.0-1.3 the@1.3-1.5 glutton@2.7-3.2 be.@3.6-4.0"), None, at=2.0)
+    transcript.revise(words("Pity@1.0-1.3 the@1.3-1.5 bee.@3.6-4.0"), None, 3.0, covered_to=4.0,
+                      rescue=lambda w: True, reopen_from=0)
+    assert transcript.final_text == "Pity the glutton bee." and transcript.lost == []

@@ -52,8 +52,8 @@ class LiveConfig:
     # does: each final pass hears the utterances before its own. A buffer this long gets a
     # final pass of these seconds and is cut where it says (final_pass.cut_point), before
     # it outgrows Whisper's 30 s window. Late, because a cut costs words (the decodes after
-    # it hear less of what came before) and a long buffer costs little (its final words
-    # are given, not decoded).
+    # it hear less of what came before) and a long buffer costs little (the words the last
+    # pass wrote are its draft, checked in a few forwards).
     cut_after_seconds: float = 25.0
     # ... and at least this much of those seconds' end stays unfinal, in the buffer: the
     # words there were heard with little audio after them
@@ -67,6 +67,12 @@ class LiveConfig:
     # final passes the extra decodes held up the streamed words through the page on this
     # 2-core CPU: speech -> commit median 1.3 -> 1.9 s; in the fast mode 1.4 s, docs/live.md.)
     interim_final_seconds: float = 8.0
+    # Each final pass decodes the buffer afresh (the text before it as the prompt, the last
+    # pass's tokens as a draft) and its words replace every word of the buffer it heard,
+    # final ones included; False: the buffer's final words are given as its transcript's
+    # start and only what follows them is written (a word heard wrong early is then given
+    # to every later pass of the buffer)
+    rewrite_final_words: bool = True
     hard_limit_seconds: float = 29.5  # one Whisper window: older audio is dropped (counted)
     max_backlog_seconds: float = 120.0  # audio waiting for a stalled decoder
     prompt_chars: int = 200  # committed text given as the prompt (whisper_streaming's 200)

@@ -58,8 +58,10 @@ class Given:
 # tokens, the previous prefix included).
 Decoder = Callable[[np.ndarray, Optional[str], Optional[Tuple[int, ...]], Optional[Prefix]],
                    Iterator[Union[TokenEvent, DecodeResult]]]
-# (audio, prompt, given) -> TokenEvents, then a DecodeResult with word timestamps
-FinalDecoder = Callable[[np.ndarray, Optional[str], Optional[Given]], Iterator[Union[TokenEvent, DecodeResult]]]
+# (audio, prompt, given, draft) -> TokenEvents, then a DecodeResult with word timestamps.
+# The draft: what the previous final decode of the same audio start wrote (its tokens).
+FinalDecoder = Callable[[np.ndarray, Optional[str], Optional[Given], Optional[Tuple[int, ...]]],
+                        Iterator[Union[TokenEvent, DecodeResult]]]
 
 
 # ---------------------------------------------------------------------- the presets
@@ -156,12 +158,14 @@ def model_final_decoder(model, options: Optional[DecodeOptions] = None,
     options = final_options(options, precision)
     tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages)
 
-    def decode(audio: np.ndarray, prompt: Optional[str], given: Optional[Given] = None):
+    def decode(audio: np.ndarray, prompt: Optional[str], given: Optional[Given] = None,
+               draft: Optional[Tuple[int, ...]] = None):
         prefix_tokens = None
         if given is not None and given.prefix.words:
             prefix_tokens = given.tokens or tuple(prefix_token_ids(given.prefix, tokenizer, timestamps=True))
         return stream_transcribe(model, audio, replace(
-            options, prompt=prompt, prefix_tokens=prefix_tokens, max_tokens_per_window=token_limit(model, audio)))
+            options, prompt=prompt, prefix_tokens=prefix_tokens, draft_tokens=draft,
+            max_tokens_per_window=token_limit(model, audio)))
 
     decode.options = options
     return decode

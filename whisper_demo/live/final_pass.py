@@ -10,10 +10,15 @@ session decodes the buffer's whole audio since its last cut once more, as openai
 transcribe decodes a window (decoders.FINAL_PASS, in the streamed pass's precision unless
 LiveConfig.final_precision says otherwise): timestamp tokens, the temperature
 fallback (seeded: the same audio gives the same words), the text before the buffer as the
-prompt, and the words already final in the buffer given as the transcript's start, with
-the tokens the previous final pass wrote for them (their timestamps included). What it
-writes after them becomes final (Transcript.revise); production recognizers give interim
-and final results the same way.
+prompt, and the last pass's tokens from the same start as a draft (speculative.py: what it
+still says costs a few forwards). Its words replace the buffer's words, final ones
+included (LiveConfig.rewrite_final_words; Transcript.revise): a word an earlier pass heard
+with little audio after it, or heard wrong, is written again by the pass that heard more,
+as an offline window hears the whole of it, instead of being given to every later pass
+("DOW 1 ... DOW 2 ... DOW 3" where offline writes "Dial"). Words before a cut are final for
+good. Production recognizers give interim and final results the same way.
+(rewrite_final_words=False: the buffer's final words are given as the transcript's start,
+with the tokens the previous pass wrote for them, and only what follows is written.)
 
 Nothing said is lost, nothing invented: a pass writes up to the voice detector's last
 voiced frame (a decode that ends early is continued from its end, with the text before as
@@ -60,6 +65,9 @@ class FinalPass:
         self.parts = parts
         self.decoder = decoder
         self.running = False  # one of its decodes is under way
+        # (stream sample, tokens) of the last decode from a buffer's start: the draft of the
+        # next one from there (rewrite_final_words: each pass decodes the buffer afresh)
+        self._last_tokens: Optional[tuple] = None
 
     def due(self) -> Optional[FinalDue]:
         """The first end of an utterance it has not judged yet (Utterances.next_end)."""
@@ -78,17 +86,20 @@ class FinalPass:
         offset_s = parts.buffer.start_s
         final_in_buffer = parts.transcript.final_after(offset_s)
         given_end = final_in_buffer[-1].end if final_in_buffer else None
+        # rewrite_final_words: the pass hears the buffer afresh and may write its final words again
+        rewrites = parts.config.rewrite_final_words
+        reopen_from = parts.transcript.final_count - len(final_in_buffer) if rewrites else None
         decoded = self.worth_running(due.until)
         result, words, continued = None, [], False
         if decoded:
-            result, words, continued = yield from self._final_words(due, final_in_buffer, newest_arrival)
+            result, words, continued = yield from self._final_words(due, final_in_buffer, newest_arrival, rewrites)
         boundary = None  # a stream sample: the pass's words are final up to there
         if due.cut or due.interim:  # a boundary before the audio's last seconds
             boundary = self._boundary_sample(result, words, given_end, due.until, due.cut)
             words = [w for w in words if w.midpoint < to_seconds(boundary)]
         # what the final decodes wrote over: the streamed words after it stay (not revised away)
         covered_to = words[-1].end if words else (given_end if given_end is not None else offset_s)
-        revision = self._make_final(words, boundary, None if continued else result, covered_to)
+        revision = self._make_final(words, boundary, None if continued else result, covered_to, reopen_from)
         if due.cut:  # streamed words before the cut no final word covered: their audio goes
             parts.transcript.finalize_before(to_seconds(boundary), keep=self._heard)
         if last:  # nothing will hear them again: final as they are, unless the detector heard no voice
@@ -116,10 +127,11 @@ class FinalPass:
         self.parts.transcript.finalize_before(self.parts.buffer.start_s)
         self.parts.utterances.judged(self.parts.buffer.offset)
 
-    def _final_words(self, due: FinalDue, final_in_buffer: List[TimedWord], newest_arrival: Optional[float]):
-        """The pass's decodes of the buffer up to `due.until` (final_words): its
-        TokenEvents; returns (the first decode's result, the new words, whether some
-        came from a later decode)."""
+    def _final_words(self, due: FinalDue, final_in_buffer: List[TimedWord], newest_arrival: Optional[float],
+                     rewrites: bool):
+        """The pass's decodes of the buffer up to `due.until` (final_words), given the
+        buffer's final words unless it `rewrites` them: its TokenEvents; returns (the first
+        decode's result, the new words, whether some came from a later decode)."""
         parts = self.parts
         offset = parts.buffer.offset
 
@@ -138,7 +150,7 @@ class FinalPass:
 
         return (yield from final_words(
             decode, offset, parts.context.text_before(to_seconds(offset)), final_in_buffer,
-            self._given(final_in_buffer), voiced=self.voiced, voice_end=None if end is None else to_seconds(end),
+            None if rewrites else self._given(final_in_buffer), voiced=self.voiced, voice_end=None if end is None else to_seconds(end),
             next_voice=next_voice, prompt_chars=parts.config.prompt_chars,
             lead_in_s=parts.config.lead_in_seconds))
 
@@ -157,6 +169,9 @@ class FinalPass:
         parts = self.parts
         pad = self.lead_pad(start)
         audio = parts.buffer.slice(start, until)
+        draft = None
+        if parts.config.rewrite_final_words and self._last_tokens is not None and self._last_tokens[0] == start:
+            draft = self._last_tokens[1]
         if pad:
             audio = np.concatenate([np.zeros(pad, np.float32), audio])
             if given is not None:
@@ -164,10 +179,12 @@ class FinalPass:
         started, cpu_started = parts.clock(), time.process_time()
         self.running = True
         try:
-            attempt = yield from decode_attempt(self.decoder(audio, prompt, given),
+            attempt = yield from decode_attempt(self.decoder(audio, prompt, given, draft),
                                                 newest_arrival, parts.clock, to_seconds(start - pad))
         finally:
             self.running = False
+        if start == parts.buffer.offset and attempt.result is not None and attempt.result.tokens:
+            self._last_tokens = (start, tuple(attempt.result.tokens))
         parts.meter.final_decoded(parts.clock() - started, time.process_time() - cpu_started, attempt.result)
         result = without_invented_tail(attempt.result, to_seconds(audio.size))
         return shifted(result, to_seconds(pad)) if pad else result
@@ -210,20 +227,22 @@ class FinalPass:
         return self.voiced(word.start - SILENCE_SLACK_S, word.end + SILENCE_SLACK_S) > 0
 
     def _make_final(self, words: List[TimedWord], boundary: Optional[int], result: Optional[DecodeResult],
-                    covered_to: Optional[float] = None):
+                    covered_to: Optional[float] = None, reopen_from: Optional[int] = None):
         """Replace the streamed words the pass judged (those up to `covered_to`, and before
-        `boundary` if given) by its `words`; the revision made."""
+        `boundary` if given) by its `words`, and the final words from index `reopen_from`
+        with them (a pass that heard the buffer afresh); the revision made."""
         parts = self.parts
         now = parts.clock()
         tokens = None
         if boundary is None and result is not None and result.tokens is not None:  # what the next pass is given
             tokens = FinalTokens(parts.buffer.offset, tuple(result.tokens))
         cut_s = None if boundary is None else to_seconds(boundary)
-        revision, shown_new = parts.transcript.revise(words, cut_s, now, tokens,
-                                                      covered_to=covered_to, rescue=self._heard)
+        revision, shown_new = parts.transcript.revise(words, cut_s, now, tokens, covered_to=covered_to,
+                                                      rescue=self._heard, reopen_from=reopen_from)
         parts.commit_latencies(shown_new, now)
         parts.meter.streamed_judged += len(revision.streamed)
         parts.meter.revised += revision.revised
+        parts.meter.rewritten += revision.rewritten
         return revision
 
 
@@ -260,7 +279,12 @@ def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generato
     decode alone without context: tiny.en, given a short stretch and no prompt, writes
     "You". `voiced(start_s, end_s)`: the voice detector's voiced seconds there; a word with
     none around it is not written (Whisper heard text in silence). Every decode is chosen
-    by the audio and the final text alone, never by what the streamed pass had committed."""
+    by the audio and the final text alone, never by what the streamed pass had committed.
+
+    With `given` None and final words in the buffer (LiveConfig.rewrite_final_words), the
+    first decode heard the buffer afresh: all its words are returned, and they, not the
+    final words they replace, are the text before a continuation (the final words are, when
+    it wrote none)."""
     offset_s = to_seconds(buffer_start)
     given_end = final_in_buffer[-1].end if final_in_buffer else offset_s
     result = yield from decode(buffer_start, prompt, given)
@@ -275,7 +299,8 @@ def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generato
     for _ in range(MAX_CONTINUATIONS):
         if voice_end is None or not uncovered(covered, voice_end, voiced):
             break
-        before = " ".join([prompt or ""] + [w.text for w in list(final_in_buffer) + words]).strip()
+        earlier = list(final_in_buffer) if given is not None or not words else []  # the final words before `words`
+        before = " ".join([prompt or ""] + [w.text for w in earlier + words]).strip()
         context = before[-prompt_chars:].lstrip() or None
         more: List[TimedWord] = []
         starts = [nearest_sample(covered)]

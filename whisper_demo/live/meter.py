@@ -29,6 +29,7 @@ class SessionMeter:
     final_passes: int = 0  # the final pass's decodes
     streamed_judged: int = 0  # streamed (committed) words a final pass has judged
     revised: int = 0  # of them, changed or removed by it
+    rewritten: int = 0  # final words a later pass over their audio wrote otherwise
     last_first_token_ms: Optional[float] = None
     last_decode_ms: Optional[float] = None  # either pass's
     last_cpu_ms: Optional[float] = None
@@ -81,6 +82,6 @@ class SessionMeter:
             last_given=result.prefix_given if result else 0,
             audio_seconds=audio_seconds, buffer_seconds=buffer_seconds, dropped_seconds=dropped_seconds,
             lost_seconds=lost_seconds, final_passes=self.final_passes,
-            streamed_judged=self.streamed_judged, revised_words=self.revised,
+            streamed_judged=self.streamed_judged, revised_words=self.revised, rewritten_words=self.rewritten,
             last_final_ms=self.last_final_ms, final_delay_s_median=percentile(fd, 50),
             final_delay_s_p95=percentile(fd, 95), last_cpu_ms=self.last_cpu_ms)

@@ -30,6 +30,10 @@ class Revision:
     tentative: Tuple[str, ...]  # the tentative words shown when it ran (expected to change)
     revised: int  # how many of `streamed` it changed or removed
     at: float  # when it was made (the session's clock)
+    # the final words before `streamed` it heard again and judged as well
+    # (LiveConfig.rewrite_final_words), and how many of them it changed or removed
+    reopened: Tuple[str, ...] = ()
+    rewritten: int = 0
 
     @property
     def changed(self) -> Tuple[int, ...]:
@@ -38,7 +42,8 @@ class Revision:
 
     @property
     def was(self) -> str:
-        """What the page showed for this stretch before (committed, then tentative)."""
+        """What the streamed pass showed for this stretch before (committed, then
+        tentative; not the final words it heard again)."""
         return " ".join(self.streamed + self.tentative)
 
 

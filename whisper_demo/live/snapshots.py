@@ -48,6 +48,7 @@ class LiveStats:
     final_passes: int = 0
     streamed_judged: int = 0  # streamed (committed) words a final pass has judged
     revised_words: int = 0  # of them, changed or removed by it
+    rewritten_words: int = 0  # final words a later pass over their audio wrote otherwise
     last_final_ms: Optional[float] = None  # wall time of the last final pass
     final_delay_s_median: Optional[float] = None  # pause heard -> its final text (wall)
     final_delay_s_p95: Optional[float] = None

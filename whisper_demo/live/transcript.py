@@ -123,7 +123,8 @@ class Transcript:
     def revise(self, final: Sequence[TimedWord], cut_s: Optional[float], at: float,
                tokens: Optional[FinalTokens] = None,
                covered_to: Optional[float] = None,
-               rescue: Optional[Callable[[TimedWord], bool]] = None) -> Tuple[Revision, List[TimedWord]]:
+               rescue: Optional[Callable[[TimedWord], bool]] = None,
+               reopen_from: Optional[int] = None) -> Tuple[Revision, List[TimedWord]]:
         """A final pass wrote `final` for the streamed words (all of them, or those before
         `cut_s`, stream seconds): they replace them, final. A word it kept keeps when and
         how it was first shown. `covered_to`: where the final decodes' words end (stream
@@ -139,14 +140,18 @@ class Transcript:
         Why a `silent` word may go: the final decode heard its audio (every final decode
         covers the buffer up to the pass's end) and wrote nothing there, and the voice
         detector hears no voice there either: two judges that heard the audio say it was
-        not speech (tiny.en's "You" in a pause). A word either judge heard stays."""
-        first = self.final_count
+        not speech (tiny.en's "You" in a pause). A word either judge heard stays.
+
+        `reopen_from`: the final words from this index on are judged too, as streamed ones
+        are (a pass that heard their audio afresh may write them otherwise)."""
+        first = self.final_count if reopen_from is None else min(reopen_from, self.final_count)
         streamed, tentative = self.words[first:], list(self.tentative)
         limit = min(x for x in (cut_s, None if covered_to is None else covered_to + START_SLACK_S, float("inf"))
                     if x is not None)
         if limit < float("inf"):  # only what lies before the cut, and what the final words cover, is judged
             streamed = [w for w in streamed if w.midpoint < limit]
             tentative = [w for w in tentative if w.midpoint < limit]
+        reopened = max(0, min(self.final_count - first, len(streamed)))  # final words judged again
         changes, revised, kept = compare(streamed, tentative, final)
         uncovered = [word for i, word in enumerate(streamed) if i not in set(kept.values()) and not any(
             f.start < word.end + LOST_SLACK_S and f.end > word.start - LOST_SLACK_S for f in final)]
@@ -167,8 +172,10 @@ class Transcript:
         if tokens is not None and self.final_count:
             self._records[self.final_count - 1] = replace(self._records[self.final_count - 1], tokens=tokens)
         self.tentative = tuple(w for w in self.tentative if w.midpoint >= limit)
+        rewritten = reopened - len([i for i in kept.values() if i < reopened])
         revision = Revision(first, tuple(self.shown_words(first, self.final_count)), changes,
-                            tuple(w.text for w in streamed), tuple(w.text for w in tentative), revised, at)
+                            tuple(w.text for w in streamed[reopened:]), tuple(w.text for w in tentative),
+                            revised - rewritten, at, tuple(w.text for w in streamed[:reopened]), rewritten)
         return revision, [word for i, word in enumerate(final) if i not in kept]
 
     def finalize_before(self, stream_seconds: float, keep: Optional[Callable[[TimedWord], bool]] = None) -> None:

@@ -180,9 +180,12 @@ def stats_html(view: LiveView, microphone_note: str = "") -> str:
          " · ".join([f"of {s.audio_seconds:.1f} s heard"] + buffer_notes), " ".join(buffer_details)),
         ("Re-decodes", str(s.decodes), " · ".join(last) or "none yet", " ".join(decode_details)),
         ("Final passes", str(s.final_passes),
-         f"{s.revised_words} of {s.streamed_judged} streamed words revised" if s.final_passes else "one per pause",
-         "At each pause (and at Stop, or when a long buffer is cut) one decode hears the whole utterance, "
-         "as openai-whisper's transcribe decodes a file, and its words become the utterance's final text; "
+         f"{s.revised_words} of {s.streamed_judged} streamed words revised"
+         + (f" · {s.rewritten_words} final words written again" if s.rewritten_words else "")
+         if s.final_passes else "one per pause",
+         "At each pause (and at Stop, or when a long buffer is cut) one decode hears the buffer since its "
+         "last cut, as openai-whisper's transcribe decodes a window, and its words become its final text "
+         "(a later pass over the same audio may write a final word again: it heard more after it); "
          "the words it wrote otherwise than the page showed are marked for a moment. "
          f"Pause heard → final text: median {sec(s.final_delay_s_median)}, p95 {sec(s.final_delay_s_p95)}; "
          f"last pass {ms(s.last_final_ms)}."),
