@@ -23,7 +23,7 @@ SR = 16000
 class CommitLog:
     """Checks, at every update, that the final text changes only from where a final pass
     wrote (the words before that stay as they were; a pass may write again the final words
-    of the buffer it heard afresh: LiveConfig.rewrite_final_words) and that the committed
+    of its last seconds it heard again: LiveConfig.rewrite_final_seconds) and that the committed
     text opens with it (the streamed words after it may be revised)."""
 
     def __init__(self):

@@ -43,14 +43,14 @@ def _span_in(stream: np.ndarray, audio: np.ndarray) -> tuple:
     return max(0, start), starts[0] + body.size
 
 
-@pytest.mark.parametrize("rewrite", [True, False])
+@pytest.mark.parametrize("rewrite", [True, False])  # rewrite_final_seconds 30 (the default) or 0
 def test_a_final_pass_is_the_plain_offline_decode_of_its_audio_with_its_prompt_and_given_words(
         tiny_model, clip, monkeypatch, rewrite):
     """Two recordings with a pause between them, the buffer cut after the first (a short
     cut_after_seconds): the first recording's final pass is given nothing, the ones after
     the cut are prompted with the final text before them. A pass over a buffer that already
     holds final words hears it afresh with the pass before's tokens as its draft
-    (LiveConfig.rewrite_final_words), or, told not to, goes on from the tokens the pass
+    (LiveConfig.rewrite_final_seconds), or, told not to, goes on from the tokens the pass
     before wrote for them (its prefix, timestamps included). Every decode writes exactly
     the tokens of a plain decode (transcribe, the default options: openai-whisper's,
     test_longform.py) of the same audio with the same prompt and prefix, no draft; and that
@@ -75,7 +75,7 @@ def test_a_final_pass_is_the_plain_offline_decode_of_its_audio_with_its_prompt_a
     stream = np.concatenate([silence[:SR // 2], first, silence, second, silence])
     second_starts = SR // 2 + first.size + silence.size
     session = model_session(tiny_model, DecodeOptions(), LiveConfig(cut_after_seconds=6.0, cut_keep_seconds=1.0,
-                                                                     rewrite_final_words=rewrite))
+                                                                     rewrite_final_seconds=30.0 if rewrite else 0.0))
     for start in range(0, stream.size, SR // 10):
         session.add_samples(stream[start:start + SR // 10])
         list(session.updates())

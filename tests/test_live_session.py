@@ -20,8 +20,8 @@ AGREEMENT = LiveConfig(policy="agreement", min_new_seconds=1.0, min_vote_seconds
                        pad_lead_in=False)  # timings as scripted (test_live_final: the lead-in put in)
 LATE = [("It", 0.1, 0.3), ("is", 0.3, 0.6), ("late", 0.6, 1.9)]
 # a final pass given the buffer's final words as its transcript's start, writing only what
-# follows them (LiveConfig.rewrite_final_words=False)
-GIVEN = LiveConfig(**{**AGREEMENT.__dict__, "rewrite_final_words": False})
+# follows them (LiveConfig.rewrite_final_seconds=0)
+GIVEN = LiveConfig(**{**AGREEMENT.__dict__, "rewrite_final_seconds": 0.0})
 
 
 def session_of(script, final=None, config=AGREEMENT, **args):
@@ -102,12 +102,12 @@ def test_the_next_utterance_is_given_the_final_words_with_the_tokens_their_pass_
 
 
 def test_a_pass_that_rewrites_the_buffer_hears_it_afresh_and_may_write_its_final_words_again():
-    # LiveConfig.rewrite_final_words: the second pass is given no words, the first pass's
+    # LiveConfig.rewrite_final_seconds: the second pass is given no words, the first pass's
     # tokens as its draft, and what it writes replaces the buffer's final words too
     script = Script(LATE[:2], LATE, [("We", 0.4, 0.7)], [("We", 0.2, 0.5)])
     final = FinalScript(IT_IS_LATE, [("It", 0.1, 0.3), ("is", 0.3, 0.6), ("late.", 0.6, 1.9),
                                      ("We", 2.9, 3.2), ("go.", 3.2, 3.7)])
-    config = LiveConfig(**{**AGREEMENT.__dict__, "rewrite_final_words": True})
+    config = AGREEMENT  # rewrite_final_seconds: every final word of the buffer
     feed = Feed(session_of(script, final, config))
     feed(loud(2.0), step=1.0)(quiet(0.8))(loud(1.0), step=1.0)(quiet(0.8))
     assert [call[2:] for call in final.calls] == [((), None), ((), None)]  # nothing given
@@ -117,6 +117,22 @@ def test_a_pass_that_rewrites_the_buffer_hears_it_afresh_and_may_write_its_final
     assert second.revision.first == 0 and second.revision.reopened == ("It's", "late.")
     assert second.revision.rewritten == 1 and second.revision.tentative == ("We",)
     assert feed.session.final_text == "It is late. We go." and second.stats.lost_words == 0
+
+
+def test_final_words_heard_long_enough_ago_are_settled_and_given_the_later_ones_heard_again():
+    # rewrite_final_seconds=4.5: the third pass (its audio ends at 7.5 s) is given "It's
+    # late." (said by 1.9 s) and hears "We go." (said by 3.7 s) again: it writes "We went."
+    script = Script(LATE[:2], LATE, [("We", 0.4, 0.7)], [("We", 0.2, 0.5)])
+    final = FinalScript(IT_IS_LATE, IT_IS_LATE + [("We", 2.9, 3.2), ("go.", 3.2, 3.7)],
+                        [("We", 2.9, 3.2), ("went.", 3.2, 3.7), ("Now.", 5.9, 6.6)])
+    config = LiveConfig(**{**AGREEMENT.__dict__, "rewrite_final_seconds": 4.5})
+    feed = Feed(session_of(script, final, config))
+    feed(loud(2.0), step=1.0)(quiet(0.8))(loud(1.0), step=1.0)(quiet(2.2))(loud(1.0), step=1.0)(quiet(0.8))
+    assert [call[2] for call in final.calls] == [(), (), ("It's", "late.")]
+    assert final.drafts == [None, (1, 2), (1, 2, 3, 4)]  # the decoder finds the given words in it
+    _, third = feed.final_passes()[2]
+    assert third.revision.first == 2 and third.revision.reopened == ("We", "go.")
+    assert feed.session.final_text == "It's late. We went. Now."
 
 
 def test_a_rewriting_pass_that_writes_nothing_goes_on_after_the_final_words_never_alone():

@@ -1,8 +1,11 @@
 """The session's transcript alone, as tables: streamed commits and final passes in, the
 records and the text the page shows out. No model, no audio, no clock."""
 
+from dataclasses import replace
+
 import pytest
 
+from whisper_demo.live.revision import surer_words
 from whisper_demo.live.transcript import FINAL_PASS, STREAMED, FinalTokens, Transcript
 from whisper_demo.live.words import Decision
 
@@ -186,3 +189,26 @@ def test_a_final_word_the_fresh_pass_left_out_stays_where_voice_was_heard():
     transcript.revise(words("Pity@1.0-1.3 the@1.3-1.5 bee.@3.6-4.0"), None, 3.0, covered_to=4.0,
                       rescue=lambda w: True, reopen_from=0)
     assert transcript.final_text == "Pity the glutton bee." and transcript.lost == []
+
+
+def sure(spec: str, *probabilities: float):
+    return [replace(w, probability=p) for w, p in zip(words(spec), probabilities)]
+
+
+@pytest.mark.parametrize("earlier, now, final_text", [
+    # the later pass is surer: its words
+    (sure("DOW@1.0-1.3 one.@1.3-1.6", 0.4, 0.9), sure("Dial@1.0-1.3 one.@1.3-1.6 two.@2.0-2.4", 0.8, 0.9, 0.9),
+     "Dial one. two."),
+    # the earlier pass was surer of the stretch it wrote otherwise: it stays (and what follows is new)
+    (sure("Dial@1.0-1.3 one.@1.3-1.6", 0.8, 0.9), sure("DOW@1.0-1.3 one.@1.3-1.6 two.@2.0-2.4", 0.4, 0.9, 0.9),
+     "Dial one. two."),
+    # a probability not known (a word given, not decoded): the new words
+    (words("Dial@1.0-1.3 one.@1.3-1.6"), sure("DOW@1.0-1.3 one.@1.3-1.6", 0.4, 0.9), "DOW one."),
+])
+def test_a_final_word_heard_again_is_written_by_the_surer_pass(earlier, now, final_text):
+    assert " ".join(w.text for w in surer_words(earlier, now)) == final_text
+    transcript = committed(" ".join(f"{w.text}@{w.start}-{w.end}" for w in earlier), at=1.0)
+    transcript._records = [replace(r, word=w) for r, w in zip(transcript._records, earlier)]
+    transcript.revise(list(earlier), None, at=2.0)
+    transcript.revise(now, None, at=3.0, reopen_from=0)
+    assert transcript.final_text == final_text

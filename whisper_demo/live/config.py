@@ -67,12 +67,15 @@ class LiveConfig:
     # final passes the extra decodes held up the streamed words through the page on this
     # 2-core CPU: speech -> commit median 1.3 -> 1.9 s; in the fast mode 1.4 s, docs/live.md.)
     interim_final_seconds: float = 8.0
-    # Each final pass decodes the buffer afresh (the text before it as the prompt, the last
-    # pass's tokens as a draft) and its words replace every word of the buffer it heard,
-    # final ones included; False: the buffer's final words are given as its transcript's
-    # start and only what follows them is written (a word heard wrong early is then given
-    # to every later pass of the buffer)
-    rewrite_final_words: bool = True
+    # A final pass hears again the buffer's final words said in its audio's last this many
+    # seconds (the last pass's tokens as its draft; 30: the whole buffer) and writes a
+    # stretch of them otherwise where it is surer of it than the pass that wrote it
+    # (revision.surer_words); those before are settled, given as its transcript's start.
+    # 0: every final word is given, and a word heard wrong early is given to every later
+    # pass of the buffer ("DOW 1 ... DOW 2 ... DOW 3" where offline writes "Dial"). Over the
+    # lead offsets 5 and 10 s kept such words (read lead90 59-61 errors, offline 51);
+    # without the surer rule words of utterances long past flipped back and forth (docs/live.md)
+    rewrite_final_seconds: float = 30.0
     hard_limit_seconds: float = 29.5  # one Whisper window: older audio is dropped (counted)
     max_backlog_seconds: float = 120.0  # audio waiting for a stalled decoder
     prompt_chars: int = 200  # committed text given as the prompt (whisper_streaming's 200)

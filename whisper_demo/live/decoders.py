@@ -162,7 +162,13 @@ def model_final_decoder(model, options: Optional[DecodeOptions] = None,
                draft: Optional[Tuple[int, ...]] = None):
         prefix_tokens = None
         if given is not None and given.prefix.words:
-            prefix_tokens = given.tokens or tuple(prefix_token_ids(given.prefix, tokenizer, timestamps=True))
+            # the last decode from this start said the given words with its own timestamps:
+            # keep them, its tokens after them the draft; otherwise spell the words out
+            split = split_after(draft, given.prefix.text, tokenizer) if draft and not given.tokens else None
+            if split is not None:
+                prefix_tokens, draft = split
+            else:
+                prefix_tokens, draft = given.tokens or tuple(prefix_token_ids(given.prefix, tokenizer)), None
         return stream_transcribe(model, audio, replace(
             options, prompt=prompt, prefix_tokens=prefix_tokens, draft_tokens=draft,
             max_tokens_per_window=token_limit(model, audio)))

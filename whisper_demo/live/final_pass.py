@@ -10,15 +10,15 @@ session decodes the buffer's whole audio since its last cut once more, as openai
 transcribe decodes a window (decoders.FINAL_PASS, in the streamed pass's precision unless
 LiveConfig.final_precision says otherwise): timestamp tokens, the temperature
 fallback (seeded: the same audio gives the same words), the text before the buffer as the
-prompt, and the last pass's tokens from the same start as a draft (speculative.py: what it
-still says costs a few forwards). Its words replace the buffer's words, final ones
-included (LiveConfig.rewrite_final_words; Transcript.revise): a word an earlier pass heard
-with little audio after it, or heard wrong, is written again by the pass that heard more,
-as an offline window hears the whole of it, instead of being given to every later pass
-("DOW 1 ... DOW 2 ... DOW 3" where offline writes "Dial"). Words before a cut are final for
-good. Production recognizers give interim and final results the same way.
-(rewrite_final_words=False: the buffer's final words are given as the transcript's start,
-with the tokens the previous pass wrote for them, and only what follows is written.)
+prompt, the buffer's final words said before its audio's last LiveConfig.rewrite_final_seconds
+given as the transcript's start (settled), and the last pass's tokens from the same start as
+a draft (speculative.py: what it still says costs a few forwards). Its words after the
+settled ones replace the words there, final ones included (Transcript.revise): a word an
+earlier pass heard with little audio after it, or heard wrong, is written again by the
+pass that heard more, instead of being given to every later pass ("DOW 1 ... DOW 2 ... DOW
+3" where offline writes "Dial"). Older words, and words before a cut, are final for good:
+heard again in other company, a whole buffer's words flipped back and forth. Production
+recognizers give interim and final results the same way.
 
 Nothing said is lost, nothing invented: a pass writes up to the voice detector's last
 voiced frame (a decode that ends early is continued from its end, with the text before as
@@ -66,7 +66,7 @@ class FinalPass:
         self.decoder = decoder
         self.running = False  # one of its decodes is under way
         # (stream sample, tokens) of the last decode from a buffer's start: the draft of the
-        # next one from there (rewrite_final_words: each pass decodes the buffer afresh)
+        # next one from there (the decoder finds the settled words in it: decoders.split_after)
         self._last_tokens: Optional[tuple] = None
 
     def due(self) -> Optional[FinalDue]:
@@ -86,13 +86,16 @@ class FinalPass:
         offset_s = parts.buffer.start_s
         final_in_buffer = parts.transcript.final_after(offset_s)
         given_end = final_in_buffer[-1].end if final_in_buffer else None
-        # rewrite_final_words: the pass hears the buffer afresh and may write its final words again
-        rewrites = parts.config.rewrite_final_words
-        reopen_from = parts.transcript.final_count - len(final_in_buffer) if rewrites else None
+        # the final words said in the last rewrite_final_seconds the pass hears again and
+        # may write otherwise; those before are settled: given as its transcript's start
+        settled = [w for w in final_in_buffer
+                   if w.end <= to_seconds(due.until) - parts.config.rewrite_final_seconds]
+        reheard = final_in_buffer[len(settled):]
+        reopen_from = parts.transcript.final_count - len(reheard) if reheard else None
         decoded = self.worth_running(due.until)
         result, words, continued = None, [], False
         if decoded:
-            result, words, continued = yield from self._final_words(due, final_in_buffer, newest_arrival, rewrites)
+            result, words, continued = yield from self._final_words(due, settled, reheard, newest_arrival)
         boundary = None  # a stream sample: the pass's words are final up to there
         if due.cut or due.interim:  # a boundary before the audio's last seconds
             boundary = self._boundary_sample(result, words, given_end, due.until, due.cut)
@@ -127,11 +130,12 @@ class FinalPass:
         self.parts.transcript.finalize_before(self.parts.buffer.start_s)
         self.parts.utterances.judged(self.parts.buffer.offset)
 
-    def _final_words(self, due: FinalDue, final_in_buffer: List[TimedWord], newest_arrival: Optional[float],
-                     rewrites: bool):
-        """The pass's decodes of the buffer up to `due.until` (final_words), given the
-        buffer's final words unless it `rewrites` them: its TokenEvents; returns (the first
-        decode's result, the new words, whether some came from a later decode)."""
+    def _final_words(self, due: FinalDue, settled: List[TimedWord], reheard: List[TimedWord],
+                     newest_arrival: Optional[float]):
+        """The pass's decodes of the buffer up to `due.until` (final_words), given its
+        `settled` final words, hearing the `reheard` ones afresh: its TokenEvents; returns
+        (the first decode's result, the words it writes after the settled ones, whether
+        some came from a later decode)."""
         parts = self.parts
         offset = parts.buffer.offset
 
@@ -149,10 +153,10 @@ class FinalPass:
             return to_seconds(onset) if onset is not None and onset < due.until else None
 
         return (yield from final_words(
-            decode, offset, parts.context.text_before(to_seconds(offset)), final_in_buffer,
-            None if rewrites else self._given(final_in_buffer), voiced=self.voiced, voice_end=None if end is None else to_seconds(end),
-            next_voice=next_voice, prompt_chars=parts.config.prompt_chars,
-            lead_in_s=parts.config.lead_in_seconds))
+            decode, offset, parts.context.text_before(to_seconds(offset)), settled,
+            self._given(settled, with_tokens=not reheard), voiced=self.voiced,
+            voice_end=None if end is None else to_seconds(end), next_voice=next_voice,
+            prompt_chars=parts.config.prompt_chars, lead_in_s=parts.config.lead_in_seconds, reheard=reheard))
 
     def voiced(self, start_s: float, end_s: float) -> float:
         """The voice detector's voiced seconds between two stream times."""
@@ -169,8 +173,8 @@ class FinalPass:
         parts = self.parts
         pad = self.lead_pad(start)
         audio = parts.buffer.slice(start, until)
-        draft = None
-        if parts.config.rewrite_final_words and self._last_tokens is not None and self._last_tokens[0] == start:
+        draft = None  # what the last decode from this start wrote (the decoder splits off the given words)
+        if self._last_tokens is not None and self._last_tokens[0] == start and (given is None or given.tokens is None):
             draft = self._last_tokens[1]
         if pad:
             audio = np.concatenate([np.zeros(pad, np.float32), audio])
@@ -200,14 +204,15 @@ class FinalPass:
             return 0
         return max(0, to_samples(config.lead_in_seconds) - max(0, onset - start))
 
-    def _given(self, words: List[TimedWord]) -> Optional[Given]:
+    def _given(self, words: List[TimedWord], with_tokens: bool = True) -> Optional[Given]:
         """The final words of the buffer as the pass is given them: with the tokens the last
-        final pass wrote for exactly these words, when it did."""
+        final pass wrote for exactly these words, when it did and they are all the buffer's
+        final words (`with_tokens`; otherwise the decoder finds them in its draft)."""
         if not words:
             return None
         offset = self.parts.buffer.offset
         prefix = Prefix(tuple(w.text for w in words), max(0.0, words[0].start - to_seconds(offset)))
-        return Given(prefix, self.parts.transcript.given_tokens(offset))
+        return Given(prefix, self.parts.transcript.given_tokens(offset) if with_tokens else None)
 
     def _boundary_sample(self, result: Optional[DecodeResult], words: List[TimedWord], given_end: Optional[float],
                          until: int, cut: bool) -> int:
@@ -262,7 +267,8 @@ NO_SPEECH_PROB, LOW_LOGPROB = 0.6, -1.0  # transcribe's no-speech test (DecodeOp
 def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generator], buffer_start: int,
                 prompt: Optional[str], final_in_buffer: Sequence[TimedWord], given: Optional[Given], *,
                 voiced: Callable[[float, float], float], voice_end: Optional[float],
-                next_voice: Callable[[float], Optional[float]], prompt_chars: int, lead_in_s: float = 0.3):
+                next_voice: Callable[[float], Optional[float]], prompt_chars: int, lead_in_s: float = 0.3,
+                reheard: Sequence[TimedWord] = ()):
     """The decodes of one final pass, over the buffer from `buffer_start` (stream samples)
     to the pass's end. decode(start, prompt, given) runs the final decoder on the audio from
     `start`: a generator of TokenEvents that returns its DecodeResult. Yields their
@@ -281,10 +287,10 @@ def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generato
     none around it is not written (Whisper heard text in silence). Every decode is chosen
     by the audio and the final text alone, never by what the streamed pass had committed.
 
-    With `given` None and final words in the buffer (LiveConfig.rewrite_final_words), the
-    first decode heard the buffer afresh: all its words are returned, and they, not the
-    final words they replace, are the text before a continuation (the final words are, when
-    it wrote none)."""
+    `reheard`: the final words after the given ones that the decode hears afresh
+    (LiveConfig.rewrite_final_seconds): its words after the given ones are returned in their
+    place, and they, not the final words they replace, are the text before a continuation
+    (the reheard words are, when it wrote none there)."""
     offset_s = to_seconds(buffer_start)
     given_end = final_in_buffer[-1].end if final_in_buffer else offset_s
     result = yield from decode(buffer_start, prompt, given)
@@ -295,11 +301,12 @@ def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generato
     # where the decode says its text ends: its last word's end, or its last segment's end
     # (a timestamp token: transcribe's next window starts there) where that is later (word
     # timing often ends the last word early); a loop's end says nothing
-    covered = max([words[-1].end if words else given_end, *([] if continued else segment_end(result, offset_s))])
+    final_end = reheard[-1].end if reheard else given_end  # where the final words end
+    covered = max([words[-1].end if words else final_end, *([] if continued else segment_end(result, offset_s))])
     for _ in range(MAX_CONTINUATIONS):
         if voice_end is None or not uncovered(covered, voice_end, voiced):
             break
-        earlier = list(final_in_buffer) if given is not None or not words else []  # the final words before `words`
+        earlier = list(final_in_buffer) + ([] if words else list(reheard))  # the final words before `words`
         before = " ".join([prompt or ""] + [w.text for w in earlier + words]).strip()
         context = before[-prompt_chars:].lstrip() or None
         more: List[TimedWord] = []

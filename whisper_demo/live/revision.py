@@ -31,7 +31,7 @@ class Revision:
     revised: int  # how many of `streamed` it changed or removed
     at: float  # when it was made (the session's clock)
     # the final words before `streamed` it heard again and judged as well
-    # (LiveConfig.rewrite_final_words), and how many of them it changed or removed
+    # (LiveConfig.rewrite_final_seconds), and how many of them it changed or removed
     reopened: Tuple[str, ...] = ()
     rewritten: int = 0
 
@@ -45,6 +45,33 @@ class Revision:
         """What the streamed pass showed for this stretch before (committed, then
         tentative; not the final words it heard again)."""
         return " ".join(self.streamed + self.tentative)
+
+
+def surer_words(heard_again: Sequence[TimedWord], final: Sequence[TimedWord]) -> List[TimedWord]:
+    """A pass's `final` words, where it heard final words again (`heard_again`, from an
+    earlier pass) and wrote a stretch of them otherwise: that stretch as the earlier pass
+    wrote it when that pass was surer of it (a higher mean word probability; where either
+    is not known, the new words). Two decodes of the same audio are chosen between by
+    their scores, never by which ran last: a later pass hears more after a word, but in
+    other company (another utterance, a longer prompt) it may write an early word otherwise
+    and the pass after it back again."""
+    if not heard_again:
+        return list(final)
+    reach = heard_again[-1].end
+    over = [w for w in final if w.midpoint < reach]  # the final words over the words heard again
+    matcher = SequenceMatcher(a=[w.norm for w in heard_again], b=[w.norm for w in over], autojunk=False)
+    chosen: List[TimedWord] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        earlier, now = heard_again[i1:i2], over[j1:j2]
+        chosen += earlier if tag == "replace" and _surer(earlier, now) else now
+    return chosen + list(final[len(over):])
+
+
+def _surer(earlier: Sequence[TimedWord], now: Sequence[TimedWord]) -> bool:
+    scores = [[w.probability for w in words] for words in (earlier, now)]
+    if any(p is None for words in scores for p in words):
+        return False
+    return sum(scores[0]) / len(scores[0]) > sum(scores[1]) / len(scores[1])
 
 
 def compare(committed: Sequence[TimedWord], tentative: Sequence[TimedWord],

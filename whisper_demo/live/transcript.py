@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from .revision import Revision, compare
+from .revision import Revision, compare, surer_words
 from .words import START_SLACK_S, Decision, TimedWord
 
 STREAMED, FINAL_PASS = "streamed", "final pass"
@@ -152,6 +152,7 @@ class Transcript:
             streamed = [w for w in streamed if w.midpoint < limit]
             tentative = [w for w in tentative if w.midpoint < limit]
         reopened = max(0, min(self.final_count - first, len(streamed)))  # final words judged again
+        final = surer_words(streamed[:reopened], final)  # where it wrote them otherwise, the surer pass's
         changes, revised, kept = compare(streamed, tentative, final)
         uncovered = [word for i, word in enumerate(streamed) if i not in set(kept.values()) and not any(
             f.start < word.end + LOST_SLACK_S and f.end > word.start - LOST_SLACK_S for f in final)]

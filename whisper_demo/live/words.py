@@ -7,7 +7,7 @@ Times are stream seconds, from the session's first sample.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 # A word that starts this close before the committed end is still new: word timings
@@ -26,6 +26,9 @@ class TimedWord:
     text: str  # as Whisper wrote it, punctuation included, no surrounding spaces
     start: float  # stream seconds
     end: float
+    # the decode's probability of the word (the mean of its tokens'; None: not known, as for
+    # words a decode was given): which of two decodes of the same audio is surer of it
+    probability: Optional[float] = field(default=None, compare=False)
 
     @property
     def norm(self) -> str:
@@ -53,11 +56,15 @@ def timed_words(segments, offset_s: float) -> List[TimedWord]:
         if not text:
             continue
         start, end = offset_s + word.start, offset_s + word.end
+        probability = getattr(word, "probability", None)
+        probability = None if probability is None or probability != probability else float(probability)  # nan
         attached = words and not word.text[:1].isspace() and not text[0].isalnum() and not _punctuation_only(text)
         if attached:
-            words[-1] = TimedWord(words[-1].text + text, words[-1].start, end)
+            before = words[-1].probability
+            both = None if before is None or probability is None else before * probability
+            words[-1] = TimedWord(words[-1].text + text, words[-1].start, end, both)
         else:
-            words.append(TimedWord(text, start, end))
+            words.append(TimedWord(text, start, end, probability))
     return words
 
 
