@@ -10,15 +10,15 @@ session decodes the buffer's whole audio since its last cut once more, as openai
 transcribe decodes a window (decoders.FINAL_PASS, in the streamed pass's precision unless
 LiveConfig.final_precision says otherwise): timestamp tokens, the temperature
 fallback (seeded: the same audio gives the same words), the text before the buffer as the
-prompt, the buffer's final words said before its audio's last LiveConfig.rewrite_final_seconds
-given as the transcript's start (settled), and the last pass's tokens from the same start as
-a draft (speculative.py: what it still says costs a few forwards). Its words after the
-settled ones replace the words there, final ones included (Transcript.revise): a word an
-earlier pass heard with little audio after it, or heard wrong, is written again by the
-pass that heard more, instead of being given to every later pass ("DOW 1 ... DOW 2 ... DOW
-3" where offline writes "Dial"). Older words, and words before a cut, are final for good:
-heard again in other company, a whole buffer's words flipped back and forth. Production
-recognizers give interim and final results the same way.
+prompt, and the last pass's tokens from the same start as a draft (speculative.py: what it
+still says costs a few forwards). It hears the buffer's final words again (those said in
+its audio's last LiveConfig.rewrite_final_seconds, by default all; older ones are given as
+the transcript's start) and its words replace them where it is surer of them than the pass
+that wrote them (Transcript.revise, revision.surer_words): a word an earlier pass heard
+with little audio after it, or heard wrong, is written again by a pass that heard more,
+instead of being given to every later pass ("DOW 1 ... DOW 2 ... DOW 3" where offline
+writes "Dial"), and two passes that disagree do not flip it back and forth. Words before a
+cut are final for good. Production recognizers give interim and final results the same way.
 
 Nothing said is lost, nothing invented: a pass writes up to the voice detector's last
 voiced frame (a decode that ends early is continued from its end, with the text before as
