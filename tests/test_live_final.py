@@ -1,4 +1,4 @@
-"""The final pass (whisper_demo/live/final_pass.py): its decode is openai-whisper's
+"""The final pass (whisper_demo/live/final_pass.py, its pure pieces in final_words.py): its decode is openai-whisper's
 transcribe of the utterance's audio with the prompt before it, token for token; which of
 its words are new; where a long buffer is cut; and the revision the page marks."""
 
@@ -14,7 +14,7 @@ from whisper_demo.events import DecodeOptions, DecodeResult
 from whisper_demo.live import LiveConfig, model_session
 from whisper_demo.live import decoders as decoders_module
 from whisper_demo.live.decoders import final_options
-from whisper_demo.live.final_pass import cut_point, new_final_words
+from whisper_demo.live.final_words import cut_point, new_final_words
 
 from live_script import scripted_result, timed_words as timed
 from whisper_demo.live.revision import compare
@@ -203,7 +203,7 @@ def test_the_page_marks_each_changed_run_once_with_what_it_replaced():
 # ---------------------------------------------------------------------- coverage (pure, scripted)
 
 
-from whisper_demo.live.final_pass import final_words, heard, result_words  # noqa: E402
+from whisper_demo.live.final_words import final_words, heard, result_words  # noqa: E402
 
 
 class Decodes:
@@ -337,7 +337,7 @@ def test_segments_invented_at_the_end_of_the_audio_are_counted(segments, audio_e
 
 
 def test_the_invented_tail_leaves_the_decode_with_its_tokens():
-    from whisper_demo.live.final_pass import without_invented_tail
+    from whisper_demo.live.final_words import without_invented_tail
 
     said = replace(SAID, tokens=[50364, 264, 958, 50824])
     thanks = replace(THANKS, tokens=[50824, 1044, 291, 50829])
@@ -361,7 +361,7 @@ def test_a_final_decode_that_invents_a_closing_phrase_after_the_speech_does_not_
     # see you again."); unprompted it does not
     from whisper_demo.audio import load_audio
     from whisper_demo.live.decoders import model_final_decoder
-    from whisper_demo.live.final_pass import without_invented_tail
+    from whisper_demo.live.final_words import without_invented_tail
 
     speech = load_audio(EVAL_DEV / "audio" / "asterisk_queue-periodic-announce.wav")
     audio = np.concatenate([np.zeros(int(0.3 * 16000), np.float32), speech, np.zeros(int(tail_s * 16000), np.float32)])

@@ -20,7 +20,8 @@ snapshots.py  what a session publishes: LiveStats and LiveUpdate, immutable; met
 
 The two passes
 streamed_pass.py when the utterance in progress is re-decoded, with what, and what is committed
-final_pass.py the final pass: when it runs, its decodes, where a long buffer is cut, what it makes final
+final_pass.py the final pass: when it runs, which decodes it makes, what it makes final
+final_words.py pure: which words a final pass's decodes write, where a long buffer is cut
 decoders.py   both decoders, from two named option presets, and the one token limit
 attempt.py    one call to a decoder; hypotheses.py its result as the policies read it
 context.py    what a streamed decode is given: prompt, prefix, draft; loops.py a decode that looped

@@ -50,7 +50,7 @@ class LiveConfig:
     pad_lead_in: bool = True
     # The buffer holds everything since its last cut, pauses included, as an offline window
     # does: each final pass hears the utterances before its own. A buffer this long gets a
-    # final pass of these seconds and is cut where it says (final_pass.cut_point), before
+    # final pass of these seconds and is cut where it says (final_words.cut_point), before
     # it outgrows Whisper's 30 s window. Late, because a cut costs words (the decodes after
     # it hear less of what came before) and a long buffer costs little (the words the last
     # pass wrote are its draft, checked in a few forwards).
