@@ -230,6 +230,11 @@ def test_layouts_feed_each_recording_as_people_record_and_say_where_the_pauses_a
     # a word inside a pause of >= 1 s is counted; one at its edge or in a short pause is not
     assert words_in_pauses([("you", 1.4, 1.8), ("Hi", 0.9, 1.05), ("so", 3.1, 3.3)], [(1.0, 2.5), (3.0, 3.5)]) == [
         "you@1.4"]
+    # given the reference, a word said before the pause whose timing runs on into it is not
+    # counted; one the reference does not have there is
+    said = [("Hi", 0.5, 0.9), ("putty.", 0.92, 2.2), ("You", 2.3, 2.4), ("so", 3.1, 3.3)]
+    assert words_in_pauses(said, [(1.0, 2.5)], "Hi putty so") == ["You@2.3"]
+    assert words_in_pauses(said, [(1.0, 2.5)], "Hi so") == ["putty.@0.9", "You@2.3"]
     records = [dict(id=s["id"], subset=s["subset"], layout=s["layout"], kind=kind, text=text, reference=s["reference"],
                     delays=[], decodes=1, lost=lost, in_pauses=0)
                for s in recorded[:2] + [lead] for kind, text, lost in

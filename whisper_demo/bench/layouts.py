@@ -121,8 +121,35 @@ def _pauseless_runs(rows: List[dict]) -> List[List[dict]]:
     return runs
 
 
-def words_in_pauses(words, pauses, longest: float = PAUSE_COUNTED) -> List[str]:
-    """Final words (text, start, end) whose middle lies inside a pause of >= `longest` s."""
+def words_in_pauses(words, pauses, reference: Optional[str] = None, longest: float = PAUSE_COUNTED) -> List[str]:
+    """Final words (text, start, end) whose middle lies inside a pause of >= `longest` s;
+    given the `reference`, only those the alignment against it calls inserted (a word that
+    was said, whose word timing runs on into the pause after it, was not written there)."""
     long = [(a, b) for a, b in pauses if b - a >= longest]
-    return [f"{text}@{start:.1f}" for text, start, end in words
-            if any(a + 0.1 < (start + end) / 2 < b - 0.1 for a, b in long)]
+    inside = [i for i, (_, start, end) in enumerate(words) if any(a + 0.1 < (start + end) / 2 < b - 0.1 for a, b in long)]
+    if inside and reference is not None:
+        inserted = inserted_words([text for text, _, _ in words], reference)
+        inside = [i for i in inside if i in inserted]
+    return [f"{words[i][0]}@{words[i][1]:.1f}" for i in inside]
+
+
+def inserted_words(texts: List[str], reference: str) -> set:
+    """Indices of the words (as written) that the alignment against `reference` (jiwer, on
+    normalized words) calls inserted: a word is inserted when every normalized word it
+    makes is."""
+    import jiwer
+
+    from ..text import words as normalized
+
+    owner = [i for i, text in enumerate(texts) for _ in normalized(text)]
+    hypothesis, ref = [w for text in texts for w in normalized(text)], normalized(reference)
+    if not hypothesis:
+        return set()
+    if not ref:
+        return set(owner)
+    aligned = jiwer.process_words(" ".join(ref), " ".join(hypothesis)).alignments[0]
+    inserted = {k for chunk in aligned if chunk.type == "insert" for k in range(chunk.hyp_start_idx, chunk.hyp_end_idx)}
+    made = {}
+    for k, i in enumerate(owner):
+        made.setdefault(i, []).append(k in inserted)
+    return {i for i, flags in made.items() if all(flags)}

@@ -97,7 +97,7 @@ def live_record(model, options: DecodeOptions, session: dict, policy: str, feed:
     return dict(id=session["id"], subset=session["subset"], layout=session.get("layout", "padded"), kind=kind,
                 text=result.committed, lost=result.lost_words, kept_streamed=result.kept_streamed, rescued=result.rescued,
                 silent=result.silent,
-                in_pauses=len(words_in_pauses(result.words, session.get("pauses", ()))),
+                in_pauses=len(words_in_pauses(result.words, session.get("pauses", ()), session["reference"])),
                 pause_words=words_in_pauses(result.words, session.get("pauses", ())),
                 streamed=result.streamed_text, streamed_committed=result.streamed_committed,
                 revised=result.revised, reference=session["reference"], delays=delays,
