@@ -172,6 +172,11 @@ def test_a_long_buffer_is_cut_at_the_last_but_one_boundary_before_its_last_secon
     assert cut_point(timed("a@1-16"), [], None, 15.0) is None
     # the words already final stay before the cut: boundaries inside them are not cut points
     assert cut_point(words, [2.02, 3.62], 3.6, 15.0) == pytest.approx(3.62)
+    # an interim pass (the buffer kept) with no boundary after the final words: after the
+    # last word that ends in time, not at the final words' end again (no progress)
+    sentence = timed("I@7-7.3 have@7.3-7.6 the@7.6-7.8 cold@7.8-8.2 so@8.3-8.5 this@8.5-9 sounds@9-13")
+    assert cut_point(sentence, [6.6, 14.0], 6.6, 12.0, keep_last_sentence=False) == pytest.approx(9.0)
+    assert cut_point(sentence, [6.6, 14.0], 6.6, 12.0) == pytest.approx(6.6)  # a cut waits for a boundary
 
 
 def test_a_revision_marks_only_the_words_that_differ_from_what_was_shown():

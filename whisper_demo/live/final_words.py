@@ -214,11 +214,21 @@ def cut_point(words: Sequence[TimedWord], segment_ends: Sequence[float], given_e
     dog walked" as "a small dark walk"). With one boundary, there; with none, after the
     last word that ends before that point. None: nothing to cut after.
     keep_last_sentence=False: at the last boundary (an interim pass keeps the buffer: the
-    passes after it still hear what came before, so nothing is lost by going that far)."""
+    passes after it still hear what came before, so nothing is lost by going that far),
+    and, where no boundary lies after the words already final, after the last word that
+    ends in time: an interim pass in a long sentence still makes its words final (the
+    passes after it hear them again, LiveConfig.rewrite_final_seconds), instead of none
+    until the sentence ends (a 5 s sentence with no segment end in it kept "a" for "the"
+    on the page 13 s)."""
     boundaries = {e for e in segment_ends if e <= before}
     boundaries |= {w.end for w in words if w.ends_sentence and w.end <= before}
     if given_end is not None:  # the words already final stay before the cut
-        boundaries = {b for b in boundaries if b > given_end} | ({given_end} if given_end <= before else set())
+        boundaries = {b for b in boundaries if b > given_end}
+        if not boundaries and not keep_last_sentence:
+            boundaries = {w.end for w in words if given_end < w.end <= before}
+            boundaries = {max(boundaries)} if boundaries else set()
+        if given_end <= before:
+            boundaries.add(given_end)
     # a sentence's last word and the segment end after it name one boundary, twice
     ordered = sorted(boundaries)
     ordered = [b for b, later in zip(ordered, ordered[1:] + [float("inf")]) if later - b > 0.5]
