@@ -68,7 +68,8 @@ def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generato
     # (a timestamp token: transcribe's next window starts there) where that is later (word
     # timing often ends the last word early); a loop's end says nothing
     final_end = reheard[-1].end if reheard else given_end  # where the final words end
-    covered = max([words[-1].end if words else final_end, *([] if continued else segment_end(result, offset_s))])
+    covered = written_to(words[-1].end if words else final_end, [] if continued else segment_end(result, offset_s),
+                         voiced)
     for _ in range(MAX_CONTINUATIONS):
         if voice_end is None or not uncovered(covered, voice_end, voiced):
             break
@@ -92,7 +93,7 @@ def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generato
             break
         words += more
         cut_at_loop = len(more) < len(heard_words)  # then its last segment's end says nothing
-        covered = max([more[-1].end, *([] if cut_at_loop else segment_end(decoded, to_seconds(start)))])
+        covered = written_to(more[-1].end, [] if cut_at_loop else segment_end(decoded, to_seconds(start)), voiced)
     return result, words, continued
 
 
@@ -106,6 +107,14 @@ def until_loop(words: List[TimedWord], result: Optional[DecodeResult]) -> List[T
     if result is None or not looped(result.text):
         return words
     return words[:loop_start([w.norm for w in words])]
+
+
+def written_to(last_word_end: float, segment_ends: List[float], voiced: Callable[[float, float], float]) -> float:
+    """How far a decode wrote (stream seconds): its last word's end, or its last segment's
+    end where that is later across audio with little voice (word timing often ends the
+    last word early; a segment that ends seconds of speech after its last word skipped
+    that speech: transcribe's next window would start there and lose it)."""
+    return max([last_word_end, *(e for e in segment_ends if voiced(last_word_end, e) < COVER_VOICE_S)])
 
 
 def segment_end(result: Optional[DecodeResult], offset_s: float) -> List[float]:
@@ -164,10 +173,33 @@ def result_words(result: Optional[DecodeResult], offset_s: float,
     if result is None:
         return []
     segments = [s for s in result.segments if not no_speech(s)]
-    if voiced is not None:
-        segments = [s for s in segments if s.no_speech_prob <= NO_SPEECH_PROB
-                    or len(heard(timed_words([s], offset_s), voiced)) == len(timed_words([s], offset_s))]
-    return timed_words(segments, offset_s)
+    if voiced is None:
+        return timed_words(segments, offset_s)
+    segments = [s for s in segments if s.no_speech_prob <= NO_SPEECH_PROB
+                or len(heard(timed_words([s], offset_s), voiced)) == len(timed_words([s], offset_s))]
+    return [ending_at_its_pause(w, voiced) for w in timed_words(segments, offset_s)]
+
+
+# A word's timing that runs on across a pause this long into more voice took in speech the
+# decode did not write (it skipped it: tiny.en wrote "... the pound key." and its last word
+# ran 16 s over "Asterisk is an open source ... platform"): the word ends where the pause
+# starts. Otherwise that speech looks written (covered) and its streamed words go.
+SWALLOWED_PAUSE_S = 0.3
+VOICE_STEP_S = 0.032  # one voice detector frame
+
+
+def ending_at_its_pause(word: TimedWord, voiced: Callable[[float, float], float]) -> TimedWord:
+    """The word, ending where a pause in its voice starts when more voice follows that
+    pause within the word's time (it took in speech it did not write)."""
+    if word.end - word.start <= 2 * SWALLOWED_PAUSE_S:
+        return word
+    at = word.start + VOICE_STEP_S
+    while at + SWALLOWED_PAUSE_S < word.end:
+        if (voiced(at, at + SWALLOWED_PAUSE_S) == 0 and voiced(word.start, at) > 0
+                and voiced(at + SWALLOWED_PAUSE_S, word.end) > 0):
+            return replace(word, end=at)
+        at += VOICE_STEP_S
+    return word
 
 
 def no_speech(segment) -> bool:
