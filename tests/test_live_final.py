@@ -267,6 +267,10 @@ def run_final_words(decodes, voice, prompt="Before.", **kw):
     ([[("Pity", 0.3, 0.7), ("the", 0.7, 0.9), ("world.", 0.9, 6.0)], [("Or", 0.7, 1.0), ("else.", 1.0, 4.5)]],
      [(0.3, 1.4), (2.0, 6.0)], ["Pity", "the", "world.", "Or", "else."],
      [(0.0, "Before."), (1.412, "Before. Pity the world.")]),
+    # the continuation opens with the last words before it again (it starts inside their
+    # audio): those are not written twice
+    ([[("Of", 0.3, 0.6), ("course.", 0.6, 4.0)], [("Of", 0.2, 0.4), ("course.", 0.4, 0.9), ("Aligner.", 1.5, 2.5)]],
+     [(0.3, 1.2), (1.6, 4.0)], ["Of", "course.", "Aligner."], [(0.0, "Before."), (1.208, "Before. Of course.")]),
     # a word written where the detector heard no voice is not written ("You" in a pause)
     ([[("Hello.", 0.3, 1.8), ("You", 3.0, 3.4)]], [(0.3, 2.0)], ["Hello."], [(0.0, "Before.")]),
     # a decode that looped is believed up to the phrase's third copy, and continued from there

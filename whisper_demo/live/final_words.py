@@ -86,15 +86,35 @@ def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generato
             decoded = yield from decode(start, context, None)
             heard_words = [w for w in heard(result_words(decoded, to_seconds(start), voiced), voiced)
                            if w.start > covered - START_SLACK_S]
-            more = until_loop(heard_words, decoded)
+            believed = until_loop(heard_words, decoded)
+            cut_at_loop = len(believed) < len(heard_words)  # then its last segment's end says nothing
+            more = without_seam_repeat(earlier + words, believed, covered)
             if more:
                 break
         if not more:
             break
         words += more
-        cut_at_loop = len(more) < len(heard_words)  # then its last segment's end says nothing
         covered = written_to(more[-1].end, [] if cut_at_loop else segment_end(decoded, to_seconds(start)), voiced)
     return result, words, continued
+
+
+# A continuation that opens within this long of where the words before it end, with the
+# last 1-5 of those words again, heard them again (whisper_streaming's HypothesisBuffer
+# drops such n-grams where a new hypothesis meets the committed text, by the same bounds).
+SEAM_NEAR_S, SEAM_MAX_WORDS = 1.0, 5
+
+
+def without_seam_repeat(before: Sequence[TimedWord], new: List[TimedWord], seam_s: float) -> List[TimedWord]:
+    """A continuation's words without those at its start that repeat the last words before
+    it: it starts at the end of the words so far, often inside the last one's audio (a word
+    whose timing ran on across a pause ends at the pause: ending_at_its_pause), and writes
+    that word again ("Of course. Of course." over laughter)."""
+    if not before or not new or new[0].start - seam_s > SEAM_NEAR_S:
+        return new
+    for n in range(1, min(SEAM_MAX_WORDS, len(before), len(new)) + 1):
+        if [w.norm for w in before[-n:]] == [w.norm for w in new[:n]]:
+            return new[n:]
+    return new
 
 
 def until_loop(words: List[TimedWord], result: Optional[DecodeResult]) -> List[TimedWord]:
