@@ -228,7 +228,7 @@ class Decodes:
         return scripted_result(words)
 
 
-def run_final_words(decodes, voice, prompt="Before.", **kw):
+def run_final_words(decodes, voice, prompt="Before.", timed=False, **kw):
     """final_words over a buffer from 0 whose voice detector heard `voice` ((start, end) s)."""
     def voiced(a, b):
         return sum(max(0.0, min(b, e) - max(a, s)) for s, e in voice)
@@ -243,7 +243,7 @@ def run_final_words(decodes, voice, prompt="Before.", **kw):
             next(gen)
     except StopIteration as stop:
         result, words, continued = stop.value
-    return [w.text for w in words], continued
+    return (words if timed else [w.text for w in words]), continued
 
 
 @pytest.mark.parametrize("answers, voice, words, calls", [
@@ -284,6 +284,19 @@ def test_a_final_pass_covers_the_voice_it_was_given(answers, voice, words, calls
     written, _ = run_final_words(decodes, voice)
     assert written == words
     assert [(start, prompt) for start, prompt, _ in decodes.calls] == calls
+
+
+def test_a_continuation_that_only_writes_the_last_word_again_lengthens_that_word():
+    # word timing ended "Stalina?" at 0.8 s of a word said to 2.4 s; the continuation from
+    # 0.8 s heard the rest of it and wrote it again: one word, ending where its copy ends (so
+    # the streamed copy over that audio counts as written over), and the pass goes on from there
+    decodes = Decodes([("Of", 0.3, 0.6), ("Stalina?", 0.6, 0.8)], [("Stalina!", 0.0, 1.6)],
+                      [("Aligner.", 0.6, 2.0)])
+    voice = [(0.3, 2.4), (2.9, 5.0)]
+    words, _ = run_final_words(decodes, voice, timed=True)
+    assert [(w.text, w.start, round(w.end, 2)) for w in words] == [
+        ("Of", 0.3, 0.6), ("Stalina?", 0.6, 2.4), ("Aligner.", 3.0, 4.4)]
+    assert [start for start, _, _ in decodes.calls] == [0.0, 0.8, 2.4]
 
 
 def test_a_word_ends_where_a_pause_in_its_voice_starts_only_when_more_voice_follows_in_its_time():

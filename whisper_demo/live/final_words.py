@@ -77,6 +77,7 @@ def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generato
         before = " ".join([prompt or ""] + [w.text for w in earlier + words]).strip()
         context = before[-prompt_chars:].lstrip() or None
         more: List[TimedWord] = []
+        ran_on = False  # the continuation only heard this pass's last words again
         starts = [nearest_sample(covered)]
         onset = next_voice(covered)
         if onset is not None and onset - lead_in_s > covered + 0.1:
@@ -91,10 +92,17 @@ def final_words(decode: Callable[[int, Optional[str], Optional[Given]], Generato
             more = without_seam_repeat(earlier + words, believed, covered)
             if more:
                 break
-        if not more:
+            if believed and len(believed) <= len(words) and believed[-1].end > words[-1].end:
+                # word timing ended the last word early ("Stalina?" 3.10-3.35 s of a word said to
+                # 4.6 s) and the continuation wrote it again over the rest of its audio: one
+                # word, which ends where the copy ends, so the audio counts as written
+                words[-1] = replace(words[-1], end=believed[-1].end)
+                ran_on = True
+                break
+        if not more and not ran_on:
             break
         words += more
-        covered = written_to(more[-1].end, [] if cut_at_loop else segment_end(decoded, to_seconds(start)), voiced)
+        covered = written_to(words[-1].end, [] if cut_at_loop else segment_end(decoded, to_seconds(start)), voiced)
     return result, words, continued
 
 
