@@ -477,3 +477,20 @@ def test_speech_a_final_decode_skipped_is_written_by_a_continuation_not_covered_
         assert phrase in " ".join(said), fed.committed
     assert fed.lost_words == 0
     assert word_edits(fed.committed, session["reference"]) <= 0.1 * len(words(session["reference"])), fed.committed
+
+
+def test_a_word_said_past_its_timing_is_written_once(tiny_model):
+    # mfa_affectation as recorded ("montreal forced aligner", drawn out): the final decode
+    # timed "Stalina?" at 3.10-3.35 s of a word said to ~4.6 s; its continuation from 3.35 s
+    # wrote "Stalina!" again over the rest of it, which the seam rule leaves out, and the
+    # streamed copy there, with no final word over its time, was kept: "Stalina? Stalina?"
+    from whisper_demo.bench.feeds import feed_fast
+    from whisper_demo.bench.layouts import load_sessions
+    from whisper_demo.text import words
+
+    session = next(s for s in load_sessions(EVAL_DEV, subset="dev", layout="recorded")
+                   if s["id"] == "recorded:mfa_affectation")
+    fed = feed_fast(tiny_model, DecodeOptions(cache="static", precision="int8"), session["audio"], 0.1, LiveConfig())
+    said = words(fed.committed)
+    assert said and all(a != b for a, b in zip(said, said[1:])), fed.committed
+    assert fed.lost_words == 0
